@@ -1,0 +1,29 @@
+# The two commands of the README: `make run` (main job) and `make test` (test suite).
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+OUT     ?= out
+
+.PHONY: run test install clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml requirements/ci.txt
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c requirements/ci.txt torch
+	$(BIN)/pip install -q -c requirements/ci.txt -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Main job: quick suite, default built-in implementation, CUDA when present else CPU.
+run: $(STAMP)
+	$(BIN)/harness run --impl torch --cases quick --device auto --out $(OUT)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) $(OUT)

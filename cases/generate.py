@@ -1,0 +1,97 @@
+"""Inputs for a case, generated deterministically from its id, directly as values of the target
+dtype (drawn in float64, rounded once with references.formats.round_to), so the reference sees
+exactly the values the implementation sees.
+
+Each distribution is a small function of (generator, shape, format) -> float64 tensor."""
+from __future__ import annotations
+
+import torch
+
+from cases.case import Case
+from references.exact import Inputs
+from references.formats import Format, fmt_of, to_dtype_exact
+
+# x: magnitudes chosen per dtype where the point is a dtype limit.
+LARGE_X = (128.0, 256.0)          # x^2 near fp16's overflow (65504): breaks variance in fp16
+TINY_X = 1e-4                      # x^2 ~ 1e-8, far below eps: the norm is eps-dominated
+SATURATING_GATE = (-87.0, -20.0)   # silu ~ -1e-8 .. -1e-36: tiny but float32-normal
+UNDERFLOW_GATE = (-120.0, -87.5)   # float32 exp(-g) overflows / silu becomes subnormal or -0
+LARGE_POSITIVE_GATE = (8.0, 60.0)  # silu(t) == t to working precision
+
+
+def _uniform(gen, shape, lo, hi):
+    return lo + (hi - lo) * torch.rand(shape, generator=gen, dtype=torch.float64)
+
+
+def _signs(gen, shape):
+    return torch.where(torch.rand(shape, generator=gen, dtype=torch.float64) < 0.5, -1.0, 1.0)
+
+
+def x_values(dist: str, gen, shape, fmt: Format) -> torch.Tensor:
+    if dist == "standard":
+        return torch.randn(shape, generator=gen, dtype=torch.float64)
+    if dist == "large":
+        return _signs(gen, shape) * _uniform(gen, shape, *LARGE_X)
+    if dist == "tiny":
+        return TINY_X * torch.randn(shape, generator=gen, dtype=torch.float64)
+    if dist == "subnormal":
+        return _uniform(gen, shape, -1.0, 1.0) * (2.0 ** fmt.emin)
+    if dist == "zero_row":                       # the first row (the whole tensor when 1-D) is 0
+        v = torch.randn(shape, generator=gen, dtype=torch.float64)
+        v.reshape(-1, shape[-1])[0] = 0.0
+        return v
+    if dist == "outlier":                        # one channel 100x the rest (still finite in fp16)
+        v = torch.randn(shape, generator=gen, dtype=torch.float64)
+        ch = int(torch.randint(shape[-1], (1,), generator=gen))
+        v[..., ch] = 100.0 * torch.sign(v[..., ch] + 0.5) * (1 + v[..., ch].abs())
+        return v
+    raise ValueError(f"unknown x distribution {dist!r}")
+
+
+def gate_values(dist: str, gen, shape) -> torch.Tensor:
+    if dist == "normal":
+        return 3.0 * torch.randn(shape, generator=gen, dtype=torch.float64)
+    if dist == "negative":
+        return -3.0 * torch.randn(shape, generator=gen, dtype=torch.float64).abs()
+    if dist == "saturating":
+        return _uniform(gen, shape, *SATURATING_GATE)
+    if dist == "underflow":
+        return _uniform(gen, shape, *UNDERFLOW_GATE)
+    if dist == "large_positive":
+        return _uniform(gen, shape, *LARGE_POSITIVE_GATE)
+    if dist == "tiny":
+        return 1e-3 * torch.randn(shape, generator=gen, dtype=torch.float64)
+    raise ValueError(f"unknown gate distribution {dist!r}")
+
+
+def gamma_values(dist: str, gen, hidden: int, zero_centered: bool) -> torch.Tensor:
+    """Stored weight values. 'one' means the effective gamma is ~1 (so ~0 when zero-centred)."""
+    base = 0.0 if zero_centered else 1.0
+    noise = 0.1 * torch.randn(hidden, generator=gen, dtype=torch.float64)
+    if dist == "one":
+        return base + noise
+    if dist == "zero":
+        return noise
+    if dist == "outlier":
+        v = base + noise
+        idx = torch.randint(hidden, (max(1, hidden // 32),), generator=gen)
+        v[idx] = 30.0 * (1 + noise[idx].abs())
+        return v
+    raise ValueError(f"unknown gamma distribution {dist!r}")
+
+
+def act_format(case: Case, act_follows: str = "x") -> Format:
+    return fmt_of(case.weight_dtype if act_follows == "weight" else case.dtype)
+
+
+def generate(case: Case, act_follows: str = "x") -> Inputs:
+    """The case's inputs on the CPU. dy is in the activation dtype (it is y's gradient)."""
+    gen = torch.Generator().manual_seed(int(case.case_id, 16) % (2 ** 63))
+    shape = tuple(case.shape)
+    fx, fg, fw = fmt_of(case.dtype), fmt_of(case.gate_dtype), fmt_of(case.weight_dtype)
+    x = to_dtype_exact(x_values(case.x_dist, gen, shape, fx), fx)
+    gate = to_dtype_exact(gate_values(case.gate_dist, gen, shape), fg)
+    w = to_dtype_exact(gamma_values(case.gamma_dist, gen, case.hidden, case.zero_centered_gamma), fw)
+    fa = act_format(case, act_follows)
+    dy = to_dtype_exact(torch.randn(shape, generator=gen, dtype=torch.float64), fa)
+    return Inputs(x, gate, w, dy, case.eps, case.zero_centered_gamma)

@@ -1,0 +1,161 @@
+"""Suite files: human-editable TOML listing groups of cases (a cartesian product over the axes
+given) and single cases. Every problem is reported as `FILE: KEY: reason` (UsageError -> exit 2).
+
+    name = "quick"
+    description = "..."
+    [[group]]
+    dtype = ["bf16", "fp16"]
+    gate_dtype = ["same", "fp32"]        # "same" = x's dtype
+    weight_dtype = ["same"]
+    shape = [[8, 19], [2, 3, 128]]
+    zero_centered_gamma = [false, true]
+    eps = [1e-5]
+    x_dist = ["standard"]
+    gate_dist = ["normal", "negative"]
+    gamma_dist = ["auto"]                # "auto" = "zero" when zero-centred, else "one"
+    seeds = [0]
+"""
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from cases.case import DTYPES, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
+from harness.errors import UsageError
+
+AXES = {
+    "dtype": DTYPES, "gate_dtype": ("same",) + DTYPES, "weight_dtype": ("same",) + DTYPES,
+    "shape": None, "zero_centered_gamma": None, "eps": None,
+    "x_dist": X_DISTS, "gate_dist": GATE_DISTS, "gamma_dist": ("auto",) + GAMMA_DISTS, "seeds": None,
+}
+DEFAULTS = {"gate_dtype": ["same"], "weight_dtype": ["same"], "zero_centered_gamma": [False],
+            "eps": [1e-5], "x_dist": ["standard"], "gate_dist": ["normal"], "gamma_dist": ["auto"],
+            "seeds": [0]}
+REQUIRED = ("dtype", "shape")
+TOP_KEYS = {"name", "description", "group", "case"}
+MAX_ELEMENTS = 1 << 31
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    path: str
+    cases: tuple[Case, ...]
+
+
+def suites_dir():
+    return resources.files("cases") / "suites"
+
+
+def list_suites() -> list[tuple[str, str, int]]:
+    out = []
+    for f in sorted(suites_dir().iterdir(), key=lambda p: p.name):
+        if f.name.endswith(".toml"):
+            s = load_suite(str(f))
+            out.append((s.name, s.description, len(s.cases)))
+    return out
+
+
+def resolve_suite_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise UsageError(f"{name_or_path}: suite file not found")
+        return p
+    f = suites_dir() / f"{name_or_path}.toml"
+    if not f.is_file():
+        known = ", ".join(n for n, _, _ in list_suites())
+        raise UsageError(f"unknown suite {name_or_path!r}; named suites: {known} (or give a .toml path)")
+    return Path(str(f))
+
+
+def _check_axis(where: str, key: str, values) -> list:
+    if not isinstance(values, list):
+        values = [values]
+    if not values:
+        raise UsageError(f"{where}.{key}: empty axis")
+    allowed = AXES[key]
+    for v in values:
+        if allowed is not None and v not in allowed:
+            raise UsageError(f"{where}.{key}: unknown value {v!r}; expected one of {', '.join(allowed)}")
+        if key == "shape":
+            if not (isinstance(v, list) and 1 <= len(v) <= 4 and all(isinstance(s, int) and not isinstance(s, bool) for s in v)):
+                raise UsageError(f"{where}.shape: {v!r} is not a list of 1 to 4 integers")
+            if any(s <= 0 for s in v):
+                raise UsageError(f"{where}.shape: {v!r} has a size <= 0")
+            total = 1
+            for s in v:
+                total *= s
+            if total > MAX_ELEMENTS:
+                raise UsageError(f"{where}.shape: {v!r} has more than 2**31 elements")
+        if key == "zero_centered_gamma" and not isinstance(v, bool):
+            raise UsageError(f"{where}.zero_centered_gamma: {v!r} is not true/false")
+        if key == "eps" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+            raise UsageError(f"{where}.eps: {v!r} is not a positive number")
+        if key == "seeds" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise UsageError(f"{where}.seeds: {v!r} is not a non-negative integer")
+    return values
+
+
+def _expand(where: str, table: dict, single: bool) -> list[Case]:
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}: expected a table")
+    unknown = set(table) - set(AXES) - ({"seed"} if single else set())
+    if unknown:
+        raise UsageError(f"{where}.{sorted(unknown)[0]}: unknown key; known keys: {', '.join(AXES)}")
+    if single and "seed" in table:
+        table = {**table, "seeds": [table["seed"]]}
+        table.pop("seed")
+    for k in REQUIRED:
+        if k not in table:
+            raise UsageError(f"{where}.{k}: missing (required)")
+    if single and "shape" in table:
+        table = {**table, "shape": [table["shape"]]}
+    axes = {k: _check_axis(where, k, table.get(k, DEFAULTS.get(k))) for k in AXES}
+    cases = []
+    for combo in itertools.product(*(axes[k] for k in AXES)):
+        c = dict(zip(AXES, combo))
+        gd = c["dtype"] if c["gate_dtype"] == "same" else c["gate_dtype"]
+        wd = c["dtype"] if c["weight_dtype"] == "same" else c["weight_dtype"]
+        gamma = c["gamma_dist"]
+        if gamma == "auto":
+            gamma = "zero" if c["zero_centered_gamma"] else "one"
+        cases.append(Case(c["dtype"], gd, wd, tuple(c["shape"]), c["zero_centered_gamma"],
+                          float(c["eps"]), c["x_dist"], c["gate_dist"], gamma, c["seeds"]))
+    return cases
+
+
+def parse_suite(text: str, path: str) -> Suite:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: TOML syntax error: {e}") from None
+    unknown = set(data) - TOP_KEYS
+    if unknown:
+        raise UsageError(f"{path}: {sorted(unknown)[0]}: unknown key; known: {', '.join(sorted(TOP_KEYS))}")
+    groups, singles = data.get("group", []), data.get("case", [])
+    if not isinstance(groups, list) or not isinstance(singles, list):
+        raise UsageError(f"{path}: group/case must be arrays of tables ([[group]], [[case]])")
+    cases: list[Case] = []
+    for i, g in enumerate(groups):
+        cases += _expand(f"{path}: group[{i}]", g, single=False)
+    for i, c in enumerate(singles):
+        cases += _expand(f"{path}: case[{i}]", c, single=True)
+    if not cases:
+        raise UsageError(f"{path}: no cases (add a [[group]] or [[case]])")
+    unique = list({c.case_id: c for c in cases}.values())     # same-dtype duplicates collapse
+    return Suite(str(data.get("name", Path(path).stem)), str(data.get("description", "")), path,
+                 tuple(unique))
+
+
+def load_suite(name_or_path: str) -> Suite:
+    p = resolve_suite_path(name_or_path)
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{p}: cannot read suite: {e}") from None
+    return parse_suite(text, str(p))

@@ -1,0 +1,195 @@
+"""One function per subcommand: arguments in, exit code out. Library code never prints; this does."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from harness.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from harness.errors import UsageError
+
+
+def _impls(specs):
+    from harness.impls.registry import resolve_all
+    return resolve_all(specs)
+
+
+def _check_available(impls, device: str) -> None:
+    for impl in impls:
+        reason = impl.skip_reason(device)
+        if reason:
+            raise UsageError(f"--impl {impl.name}: {reason}")
+
+
+def _env(device: str) -> dict:
+    from harness.environment import environment
+    return environment(device)
+
+
+def _render(out_dir: Path, df: pd.DataFrame, baseline, exit_code: int, device: str, title: str) -> None:
+    try:
+        from reports.html import write_all
+    except ImportError:                      # report stage not built yet: results.csv still stands
+        return
+    write_all(out_dir, df, baseline=baseline, env=_env(device), exit_code=exit_code, title=title)
+
+
+def _load_baseline(path: str | None):
+    if not path:
+        return None
+    p = Path(path)
+    f = p / "results.csv" if p.is_dir() else p
+    if not f.is_file():
+        raise UsageError(f"--baseline {path}: no results.csv there")
+    try:
+        return pd.read_csv(f)
+    except Exception as e:
+        raise UsageError(f"--baseline {path}: unreadable results.csv ({e})") from None
+
+
+def cmd_run(args) -> int:
+    from harness.gate import apply_baseline, verdict
+    from harness.runner import SweepConfig, resolve_device, run_sweep, shard
+    from harness.summary import summary_table
+    from harness.budgets import load_budget_file
+
+    device = resolve_device(args.device)
+    if device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device available")
+    impls = _impls(args.impl)
+    _check_available(impls, device)
+    overrides = load_budget_file(args.budgets) if args.budgets else []
+    baseline = _load_baseline(args.baseline)
+    out_dir = Path(args.out)
+    specs = {i.name: s for i, s in zip(impls, args.impl)}
+
+    if args.cases == "hypothesis":
+        from harness.explore import explore
+        return explore(impls, specs, device, args.max_examples, args.seed, out_dir, overrides,
+                       args.budgets or "")
+
+    from cases.suite import load_suite
+    suite = load_suite(args.cases)
+    cases = list(suite.cases)
+    if args.shard:
+        cases = shard(cases, *_parse_shard(args.shard))
+    cfg = SweepConfig(impls, cases, device, out_dir, specs, args.cases, overrides, args.budgets or "",
+                      resume=args.resume)
+    print(f"harness: {len(cases)} cases x {len(impls)} implementation(s) "
+          f"[{', '.join(f'{i.name} ({i.rounding})' for i in impls)}] on {device}", file=sys.stderr)
+    df = run_sweep(cfg)
+    if baseline is not None:
+        df = apply_baseline(df, baseline)
+        from reports.results_io import write_results
+        write_results(out_dir / "results.csv", df)
+    code, lines = verdict(df)
+    print(summary_table(df))
+    for ln in lines:
+        print(ln)
+    if not args.no_report:
+        _render(out_dir, df, baseline, code, device, f"{suite.name}: {', '.join(specs)}")
+    if args.junit:
+        from reports.junit import write_junit
+        write_junit(df, Path(args.junit))
+    print(f"harness: wrote {out_dir / 'results.csv'}" + ("" if args.no_report else f" and {out_dir / 'report.html'}"))
+    return code
+
+
+def _parse_shard(s):
+    from harness.cli import _parse_shard as p
+    return p(s)
+
+
+def cmd_cases(args) -> int:
+    from cases.suite import list_suites, load_suite
+    if not args.suite:
+        for name, desc, n in list_suites():
+            print(f"{name:10s} {n:5d} cases  {desc}")
+        return EXIT_OK
+    s = load_suite(args.suite)
+    for c in s.cases:
+        print(f"{c.case_id}  {c.regime:7s}  {c.label}")
+    print(f"{len(s.cases)} cases")
+    return EXIT_OK
+
+
+def cmd_merge(args) -> int:
+    from harness.gate import verdict
+    from reports.results_io import write_results
+    frames = []
+    for d in args.dirs:
+        f = Path(d) / "results.csv"
+        if not f.is_file():
+            raise UsageError(f"merge: {d}: no results.csv")
+        frames.append(pd.read_csv(f))
+    df = pd.concat(frames, ignore_index=True)
+    df = df.drop_duplicates(subset=["case_id", "impl", "output", "reference"], keep="last")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_results(out / "results.csv", df)
+    code, lines = verdict(df)
+    for ln in lines:
+        print(ln)
+    _render(out, df, None, code, str(df["device"].iloc[0]) if len(df) else "cpu", "merged")
+    print(f"harness: merged {len(frames)} result sets, {len(df)} rows -> {out}")
+    return code
+
+
+def cmd_report(args) -> int:
+    from harness.gate import apply_baseline, verdict
+    d = Path(args.dir)
+    f = d / "results.csv"
+    if not f.is_file():
+        raise UsageError(f"report: {args.dir}: no results.csv")
+    df = pd.read_csv(f)
+    baseline = _load_baseline(args.baseline)
+    if baseline is not None:
+        df = apply_baseline(df, baseline)
+    code, _ = verdict(df)
+    _render(d, df, baseline, code, str(df["device"].iloc[0]) if len(df) else "cpu", d.name)
+    print(f"harness: wrote {d / 'report.html'}")
+    return EXIT_OK
+
+
+def cmd_replay(args) -> int:
+    from harness.replay import replay
+    return replay(args)
+
+
+def cmd_budgets(args) -> int:
+    from harness.budgets import regen, write_budget_file
+    if args.budgets_cmd == "show":
+        from harness.budgets import derivation_table
+        print(derivation_table())
+        return EXIT_OK
+    p = Path(args.src)
+    f = p / "results.csv" if p.is_dir() else p
+    if not f.is_file():
+        raise UsageError(f"budgets regen --from {args.src}: no results.csv")
+    lines, grown, refused = regen(pd.read_csv(f), allow_growth=args.allow_growth)
+    write_budget_file(lines, args.output)
+    for key, new, old in grown:
+        print(f"grew: {','.join(map(str, key))}: {old:.4g} -> {new:.4g}")
+    for key, new, old in refused:
+        print(f"refused (over cap, use --allow-growth): {','.join(map(str, key))}: {old:.4g} -> {new:.4g}",
+              file=sys.stderr)
+    print(f"harness: wrote {len(lines)} budgets to {args.output}")
+    return EXIT_FAIL if refused else EXIT_OK
+
+
+def cmd_selftest(args) -> int:
+    from harness.selftest import selftest
+    return selftest(args)
+
+
+def cmd_bisect(args) -> int:
+    from harness.bisect import bisect
+    return bisect(args)
+
+
+def cmd_exhaustive(args) -> int:
+    from harness.exhaustive import exhaustive_command
+    return exhaustive_command(args)

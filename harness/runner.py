@@ -1,0 +1,123 @@
+"""The sweep: for each case, inputs -> references (once per case) -> each implementation's
+forward and backward on the device -> analysis rows, appended to results.csv as they complete."""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import torch
+
+from cases.case import Case
+from cases.generate import act_format, generate
+from harness.analysis.check import REFERENCES, check, error_rows
+from harness.execute import run_impl
+from harness.impls.base import Implementation
+from references.bundle import build
+from references.exact import OUTPUTS
+from reports.results_io import append_rows, read_results, repair_for_resume
+
+ROWS_PER_PAIR = len(OUTPUTS) * len(REFERENCES)
+
+
+@dataclass
+class SweepConfig:
+    impls: list[Implementation]
+    cases: list[Case]
+    device: str
+    out_dir: Path
+    impl_specs: dict[str, str] = field(default_factory=dict)   # name -> spec, for replay commands
+    suite_ref: str = "quick"
+    overrides: list = field(default_factory=list)
+    override_path: str = ""
+    resume: bool = False
+    progress: bool | None = None        # None: a bar on a terminal, plain lines otherwise
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def shard(cases: list[Case], k: int, n: int) -> list[Case]:
+    """Deterministic 1/n of the cases (by case id), k in 1..n: disjoint and complete over k."""
+    return [c for c in cases if int(c.case_id, 16) % n == k - 1]
+
+
+def replay_command(case: Case, spec: str, suite_ref: str) -> str:
+    return f"harness replay {case.case_id} --impl {spec} --cases {suite_ref}"
+
+
+def case_rows(case: Case, cfg: SweepConfig, todo: list[Implementation]) -> list[list[dict]]:
+    """Rows for each implementation in `todo`, one list per implementation."""
+    by_act: dict[str, tuple] = {}
+    out = []
+    for impl in todo:
+        act = act_format(case, impl.act_follows)
+        try:
+            if act.name not in by_act:
+                inp = generate(case, impl.act_follows)
+                by_act[act.name] = (inp, build(inp))
+            inp, refs = by_act[act.name]
+            outcome = run_impl(impl, inp, act.dtype, cfg.device)
+            rows = check(case, impl, cfg.device, refs, outcome, cfg.overrides, cfg.override_path)
+        except torch.cuda.OutOfMemoryError as e:
+            rows = error_rows(case, impl, cfg.device, act.name, f"out of memory: {e}")
+        replay = replay_command(case, cfg.impl_specs.get(impl.name, impl.name), cfg.suite_ref)
+        for r in rows:
+            r["replay"] = replay
+        out.append(rows)
+    return out
+
+
+def run_sweep(cfg: SweepConfig, on_pair: Callable[[list[dict]], None] | None = None) -> pd.DataFrame:
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    path = cfg.out_dir / "results.csv"
+    done: set[tuple[str, str]] = set()
+    if cfg.resume:
+        done = repair_for_resume(path, ROWS_PER_PAIR)
+    elif path.exists():
+        path.unlink()
+    pairs = [(c, [i for i in cfg.impls if (c.case_id, i.name) not in done]) for c in cfg.cases]
+    pairs = [(c, todo) for c, todo in pairs if todo]
+    total = sum(len(t) for _, t in pairs)
+    bar = _progress(total, cfg.progress)
+    t0 = time.time()
+    for case, todo in pairs:
+        for impl, rows in zip(todo, case_rows(case, cfg, todo)):
+            append_rows(path, rows)
+            if on_pair:
+                on_pair(rows)
+            bar.step(f"{impl.name} {case.label}", rows)
+    bar.close(time.time() - t0)
+    return read_results(path) if path.exists() else pd.DataFrame()
+
+
+class _progress:
+    """tqdm bar on a terminal; in CI (no tty) one plain line per 10% so logs stay short."""
+
+    def __init__(self, total: int, want: bool | None):
+        self.total, self.n = total, 0
+        tty = sys.stderr.isatty() if want is None else want
+        self.bar = None
+        if tty and total:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit="pair", file=sys.stderr, leave=False)
+
+    def step(self, what: str, rows: list[dict]) -> None:
+        self.n += 1
+        bad = sum(r.get("status") != "pass" for r in rows)
+        if self.bar is not None:
+            self.bar.set_postfix_str(what[:40])
+            self.bar.update(1)
+        elif self.total and (self.n == self.total or self.n % max(1, self.total // 10) == 0):
+            print(f"[{self.n}/{self.total}] {what}{'  ' + str(bad) + ' not passing' if bad else ''}",
+                  file=sys.stderr)
+
+    def close(self, seconds: float) -> None:
+        if self.bar is not None:
+            self.bar.close()

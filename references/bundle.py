@@ -1,0 +1,43 @@
+"""Everything the analysis needs for one case's inputs: the exact reference (float64 values and
+gauges, certified golden values per output format) and each model reference asked for.
+Computed once per case and shared by every implementation."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from references.certify import Certified, certify
+from references.exact import OUTPUTS, Inputs, exact_outputs
+from references.formats import Format
+from references.models import model_reference
+
+
+@dataclass
+class CaseReferences:
+    inputs: Inputs
+    values: dict[str, torch.Tensor]
+    gauges: dict[str, torch.Tensor]
+    golden: dict[str, Certified] = field(default_factory=dict)     # keyed "output:fmt"
+    models: dict[tuple[str, str], dict] = field(default_factory=dict)
+
+    def exact(self, output: str):
+        v = self.values[output]
+        return v, v, self.gauges[output]
+
+    def certified(self, output: str, fmt: Format) -> Certified:
+        key = f"{output}:{fmt.name}"
+        if key not in self.golden:
+            self.golden[key] = certify(self.inputs, output, fmt, values=self.values, gauges=self.gauges)
+        return self.golden[key]
+
+    def model(self, model: str, act: Format, output: str):
+        key = (model, act.name)
+        if key not in self.models:
+            self.models[key] = model_reference(self.inputs, model, act)
+        return self.models[key][output]
+
+
+def build(inp: Inputs) -> CaseReferences:
+    values, gauges = exact_outputs(inp)
+    return CaseReferences(inp, {k: values[k] for k in (*OUTPUTS, "n", "dn")}, gauges)

@@ -1,0 +1,91 @@
+"""Floating-point formats and correct rounding of float64 values into them.
+
+Why not `tensor.to(torch.bfloat16)`? From float64, torch converts to bfloat16 *through float32*:
+two roundings. 1 + 2**-8 + 2**-30 becomes 1.0 instead of 1 + 2**-7. Every golden value here is
+rounded once, by `round_to`, which works on the float64 bits (frexp/ldexp are exact) and rounds
+half to even like IEEE 754.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str            # "bf16", "fp16", "fp32"
+    dtype: torch.dtype
+    precision: int       # significand bits p, hidden bit included
+    emin: int            # exponent of the smallest normal number
+    max: float           # largest finite value
+
+    @property
+    def u(self) -> float:
+        """Unit roundoff 2**-p: the relative error bound of one rounding to nearest."""
+        return 2.0 ** -self.precision
+
+    @property
+    def min_subnormal(self) -> float:
+        return 2.0 ** (self.emin - self.precision + 1)
+
+
+def _from_finfo(name: str, dtype: torch.dtype) -> Format:
+    fi = torch.finfo(dtype)
+    return Format(name, dtype, precision=1 - int(math.log2(fi.eps)),
+                  emin=int(math.log2(fi.smallest_normal)), max=float(fi.max))
+
+
+FORMATS: dict[str, Format] = {
+    "fp32": _from_finfo("fp32", torch.float32),
+    "fp16": _from_finfo("fp16", torch.float16),
+    "bf16": _from_finfo("bf16", torch.bfloat16),
+    "fp64": _from_finfo("fp64", torch.float64),
+}
+_BY_DTYPE = {f.dtype: f for f in FORMATS.values()}
+ALIASES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "half": "fp16",
+           "float": "fp32", "float64": "fp64"}
+
+
+def fmt_of(x: str | torch.dtype) -> Format:
+    if isinstance(x, torch.dtype):
+        return _BY_DTYPE[x]
+    return FORMATS[ALIASES.get(x, x)]
+
+
+def _exponent(a: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """floor(log2|a|) clamped to emin (subnormals share the smallest normal's quantum)."""
+    _, e = torch.frexp(a)          # a = m * 2**e, 0.5 <= m < 1, exact (frexp(0) gives e = 0)
+    e = torch.where(a == 0, torch.full_like(e, fmt.emin + 1), e)
+    return torch.clamp(e.to(torch.int64) - 1, min=fmt.emin)
+
+
+def ulp(v: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """ulp(v) in `fmt`: 2**(max(floor(log2|v|), emin) - p + 1).
+
+    Taken from the exponent of v itself (LLVM's MPFR wrapper does the same), so a value just below
+    a power of two gets the finer ulp of its own binade. ulp(0) is the smallest subnormal."""
+    v = v.to(torch.float64)
+    e = _exponent(v.abs(), fmt)
+    return torch.ldexp(torch.ones_like(v), (e - fmt.precision + 1).to(v.dtype))
+
+
+def round_to(v: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """Round float64 `v` to nearest (ties to even) in `fmt`; returns float64 holding the result.
+
+    v/q and k*q are exact (q is a power of two), torch.round is half-to-even, values that round
+    past the largest finite become inf, NaN/inf/signed zero pass through."""
+    v = v.to(torch.float64)
+    if fmt.precision >= 53:
+        return v.clone()
+    q = ulp(v, fmt)
+    r = torch.round(v.abs() / q) * q
+    r = torch.where(r > fmt.max, torch.full_like(r, math.inf), r)
+    r = torch.where(torch.isfinite(v), r, v.abs())
+    return torch.copysign(r, v)
+
+
+def to_dtype_exact(v: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """Cast float64 values that are already representable in `fmt` (no rounding happens)."""
+    return round_to(v, fmt).to(fmt.dtype)

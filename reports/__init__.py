@@ -1,0 +1,1 @@
+"""Reports: results.csv / summary.csv tables and the self-contained HTML precision report."""

@@ -1,0 +1,67 @@
+"""results.csv on disk: appended one (case, implementation) pair at a time, so a killed sweep
+loses at most the pair in flight; `--resume` drops a torn tail and any incomplete pair."""
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from reports.schema import COLUMNS
+
+PAIR = ["case_id", "impl"]
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return repr(v)
+    return v
+
+
+def append_rows(path: Path, rows: list[dict]) -> None:
+    new = not path.exists() or path.stat().st_size == 0
+    lines = []
+    import io
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    if new:
+        w.writeheader()
+    for r in rows:
+        w.writerow({k: _fmt(r.get(k, "")) for k in COLUMNS})
+    lines.append(buf.getvalue())
+    with open(path, "a", newline="") as f:      # one write per pair, then flushed to disk
+        f.write("".join(lines))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_results(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, keep_default_na=True)
+
+
+def repair_for_resume(path: Path, rows_per_pair: int) -> set[tuple[str, str]]:
+    """Truncate a torn last line, drop incomplete pairs; return the finished (case_id, impl) pairs."""
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        path.write_bytes(data)
+    if not data.strip():
+        return set()
+    df = read_results(path)
+    counts = df.groupby(PAIR).size()
+    complete = {k for k, n in counts.items() if n == rows_per_pair}
+    if len(complete) != len(counts):
+        keep = df[[(c, i) in complete for c, i in zip(df["case_id"], df["impl"])]]
+        write_results(path, keep)
+    return complete
+
+
+def write_results(path: Path, df: pd.DataFrame) -> None:
+    """Atomic rewrite (merge, resume repair): write beside, then rename."""
+    tmp = path.with_suffix(".csv.tmp")
+    cols = [c for c in COLUMNS if c in df.columns] + [c for c in df.columns if c not in COLUMNS]
+    df.reindex(columns=list(COLUMNS) if set(df.columns) <= set(COLUMNS) else cols).to_csv(tmp, index=False)
+    os.replace(tmp, path)

@@ -1,0 +1,99 @@
+"""The references against each other: closed form vs float64 autograd vs mpmath, hand-computed
+values, and the model references against direct simulation."""
+import math
+
+import mpmath
+import pytest
+import torch
+
+from references import mp
+from references.autograd_ref import autograd_outputs
+from references.exact import Inputs, exact_outputs, float64_error_bound
+from references.formats import fmt_of, round_to
+from references.models import model_reference
+from tests.conftest import make_inputs
+
+SHAPES = [(19,), (3, 19), (2, 3, 96), (2, 1, 2, 127)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("zc", [False, True])
+@pytest.mark.parametrize("gate", [(3.0, 0.0), (1.0, -40.0), (2.0, -800.0)])
+def test_closed_form_matches_autograd_and_mpmath(shape, zc, gate):
+    inp = make_inputs(shape, torch.float32, zc, gate_scale=gate[0], gate_shift=gate[1], seed=len(shape))
+    values, gauges = exact_outputs(inp)
+    ag = autograd_outputs(inp)
+    exact = mp.all_values(inp, dps=60)
+    bound = float64_error_bound(inp)
+    for k in ("y", "dx", "dgate", "dweight"):
+        # autograd: a different float64 evaluation order, same error bound relative to the gauge
+        assert torch.all((values[k] - ag[k]).abs() <= 2 * bound[k] * gauges[k] + 1e-300), k
+        # mpmath at 60 digits: float64 closed form within its stated bound on every element
+        assert torch.all((values[k] - exact[k]).abs() <= bound[k] * gauges[k] + 1e-300), k
+
+
+def test_large_negative_gate_gives_minus_zero_y():
+    inp = make_inputs((2, 8), torch.bfloat16, gate_scale=0.0, gate_shift=-1000.0)
+    values, _ = exact_outputs(inp)
+    assert torch.all(values["y"] == 0)
+    assert torch.all(values["dgate"] == 0)
+
+
+def test_hand_computed_small_case():
+    # x = [3, 4], eps = 3.5: mean(x^2) + eps = 16, r = 1/4; weight = [1, 2]; gate = [0, 0]
+    x = torch.tensor([3.0, 4.0])
+    inp = Inputs(x, torch.zeros(2), torch.tensor([1.0, 2.0]), torch.tensor([1.0, 1.0]), 3.5, False)
+    v, _ = exact_outputs(inp)
+    assert v["n"].tolist() == [0.75, 2.0]
+    assert v["y"].tolist() == [0.0, 0.0]                 # silu(0) = 0
+    assert v["dgate"].tolist() == [0.375, 1.0]           # dy*n*silu'(0) = n/2
+    assert v["dx"].tolist() == [0.0, 0.0]                # dn = dy*silu(0) = 0
+    assert v["dweight"].tolist() == [0.0, 0.0]
+    # gate = 2: silu(2) = 2*sigmoid(2); dn = silu(2); dweight_j = silu(2) * xhat_j
+    inp2 = Inputs(x, torch.full((2,), 2.0), torch.tensor([1.0, 2.0]), torch.ones(2), 3.5, False)
+    v2, _ = exact_outputs(inp2)
+    s2 = 2 / (1 + math.exp(-2))
+    assert v2["y"].tolist() == pytest.approx([0.75 * s2, 2.0 * s2], rel=1e-15)
+    assert v2["dweight"].tolist() == pytest.approx([0.75 * s2, 1.0 * s2], rel=1e-15)
+    # dx = r*(dn*g - xhat*mean(dn*g*xhat)), xhat = [0.75, 1], g = [1, 2]
+    c = (s2 * 1 * 0.75 + s2 * 2 * 1.0) / 2
+    assert v2["dx"].tolist() == pytest.approx([0.25 * (s2 - 0.75 * c), 0.25 * (2 * s2 - c)], rel=1e-14)
+    # zero-centred: weight w means gamma = w + 1
+    inp3 = Inputs(x, torch.full((2,), 2.0), torch.tensor([0.0, 1.0]), torch.ones(2), 3.5, True)
+    assert exact_outputs(inp3)[0]["y"].tolist() == v2["y"].tolist()
+
+
+def simulate(inp, act, model):
+    """Direct simulation: compute n in float64, round it to act (chain), then the rest in float64."""
+    v, _ = exact_outputs(inp)
+    n = round_to(v["n"], act) if model == "chain" else v["n"]
+    t = inp.gate.double()
+    s = torch.sigmoid(t)
+    return n * t * s
+
+
+def test_chain_and_fused_differ_and_match_simulation():
+    inp = make_inputs((64, 128), torch.bfloat16, seed=3)
+    act = fmt_of("bf16")
+    chain = model_reference(inp, "chain", act)
+    fused = model_reference(inp, "fused", act)
+    sim_c, sim_f = simulate(inp, act, "chain"), simulate(inp, act, "fused")
+    assert torch.all((chain["y"][0] <= sim_c * (1 + 1e-12) + 1e-300) | (chain["y"][0] <= sim_c))
+    inside_c = (chain["y"][0] <= sim_c + 1e-30) & (sim_c <= chain["y"][1] + 1e-30)
+    inside_f = (fused["y"][0] <= sim_f + 1e-30) & (sim_f <= fused["y"][1] + 1e-30)
+    assert inside_c.all() and inside_f.all()
+    # the rounding of n moves y by up to half a bf16 ulp of n: the chain interval excludes the
+    # fused value on a large share of elements
+    outside = (sim_f < chain["y"][0]) | (sim_f > chain["y"][1])
+    assert outside.float().mean() > 0.5
+
+
+def test_chain_interval_holds_both_candidates_near_a_boundary():
+    # n exactly on a bf16 midpoint: x = [3, 4], eps = 3.5 -> n = 0.75 * g; g = 1 + 2**-7 gives
+    # 0.75 + 3*2**-9, halfway between two bf16 neighbours. float32 noise can land either side.
+    g = 1 + 2 ** -7
+    inp = Inputs(torch.tensor([3.0, 4.0]), torch.tensor([1.0, 1.0]), torch.tensor([g, 1.0]),
+                 torch.ones(2), 3.5, False)
+    n_lo, n_hi, _ = model_reference(inp, "chain", fmt_of("bf16"))["n"]
+    assert n_lo[0].item() == 0.75 + 2 ** -8 and n_hi[0].item() == 0.75 + 2 * 2 ** -8
+    assert n_lo[1].item() == n_hi[1].item() == 1.0
