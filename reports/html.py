@@ -13,6 +13,7 @@ import pandas as pd
 # Figure + Agg canvas directly, not pyplot: no global backend switch, no figure registry to leak.
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from reports.summary import budget_ratio, normalize, sort_keys, summarize, worst_value
 
@@ -65,39 +66,48 @@ def _ulp_bins(v: np.ndarray) -> np.ndarray:
 
 def plot_histograms(d: pd.DataFrame) -> list[dict]:
     """Grid of out_dtype (rows) x output (columns); in each panel one step histogram per
-    implementation of per-row max_ulp (results.csv holds per-row reductions, not elements), as a
-    fraction of that implementation's rows. Dashed red line: the ULP budget. One figure, few axes:
-    drawing axes is what costs time, not rows."""
+    implementation and reference kind (solid: exact, dotted: model) of per-row max_ulp (results.csv
+    holds per-row reductions, not elements), as a fraction of those rows. Dashed red: finite ULP
+    budgets. One figure, few axes: drawing axes is what costs time, not rows."""
     d = d[d["max_ulp"].notna()]
     if d.empty:
         return []
     grid = d[["out_dtype", "output"]].drop_duplicates()
     dts = list(dict.fromkeys(sort_keys(grid, ["out_dtype"])["out_dtype"]))
     outs = list(dict.fromkeys(sort_keys(grid, ["output"])["output"]))
-    impls = sorted(d["impl"].unique())
-    counts = {k: _ulp_bins(g["max_ulp"].to_numpy()) for k, g in d.groupby(["out_dtype", "output", "impl"])}
+    d = d.assign(_ref=d["reference"].str.split(":").str[0])
+    lines = sort_keys(d[["impl", "_ref"]].drop_duplicates(), ["impl", "_ref"])
+    colour = {impl: f"C{k % 10}" for k, impl in enumerate(dict.fromkeys(lines["impl"]))}
+    counts = {k: _ulp_bins(g["max_ulp"].to_numpy()) for k, g in d.groupby(["out_dtype", "output", "impl", "_ref"])}
     nb = max(4, max(int(np.flatnonzero(c).max()) + 1 for c in counts.values()))
-    budgets = d[d["budget_metric"] == "ulp"].groupby(["out_dtype", "output"])["budget"].max()
-    fig = Figure(figsize=(2.9 * len(outs) + 0.4, 1.9 * len(dts) + 1.0), dpi=80)
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.8 / (1.9 * len(dts) + 1.0) + 0.04,
-                        top=1 - 0.55 / (1.9 * len(dts) + 1.0), hspace=0.45, wspace=0.2)
+    # an infinite budget means "not gated": no line for it
+    ulp_b = d[(d["budget_metric"] == "ulp") & np.isfinite(d["budget"])]
+    budgets = ulp_b.groupby(["out_dtype", "output"])["budget"].unique()
+    legend_in = 0.3 + 0.2 * -(-len(lines) // 6)            # inches the legend rows need on top
+    height = 1.9 * len(dts) + 0.7 + legend_in
+    fig = Figure(figsize=(2.9 * len(outs) + 0.4, height), dpi=80)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.6 / height + 0.01, top=1 - legend_in / height,
+                        hspace=0.45, wspace=0.2)
     axes = fig.subplots(len(dts), len(outs), squeeze=False, sharex=True)
     x = np.arange(nb)
     for i, dt in enumerate(dts):
         for j, out in enumerate(outs):
             ax = axes[i][j]
-            for k, impl in enumerate(impls):
-                c = counts.get((dt, out, impl))
+            for impl, ref in lines.itertuples(index=False):
+                c = counts.get((dt, out, impl, ref))
                 if c is not None:
-                    ax.step(x, c[:nb] / c.sum(), where="mid", color=f"C{k % 10}", lw=1.3,
-                            label=impl if (i, j) == (0, 0) else None)
-            if (dt, out) in budgets.index:
-                ax.axvline(np.searchsorted(_EDGES, budgets[(dt, out)], side="left"), color="#c0392b", ls="--", lw=1)
+                    ax.step(x, c[:nb] / c.sum(), where="mid", color=colour[impl], lw=1.3,
+                            ls="-" if ref == "exact" else ":")
+            for b in budgets.get((dt, out), []):
+                ax.axvline(np.searchsorted(_EDGES, b, side="left"), color="#c0392b", ls="--", lw=1)
             ax.set_title(f"{dt} {out}", fontsize=9)
             ax.tick_params(labelsize=7)
+    step = 1 if nb <= 10 else 2        # every other label when the axis is crowded
     for ax in axes[-1]:
-        ax.set_xticks(x, _LABELS[:nb], rotation=60)
-    fig.legend(loc="upper center", ncols=min(len(impls), 6), fontsize=8, frameon=False)
+        ax.set_xticks(x[::step], _LABELS[:nb:step], rotation=60)
+    keys = [Line2D([], [], color=colour[impl], ls="-" if ref == "exact" else ":", label=f"{impl} vs {ref}")
+            for impl, ref in lines.itertuples(index=False)]
+    fig.legend(handles=keys, loc="upper center", ncols=min(len(keys), 6), fontsize=8, frameon=False)
     return [{"title": "max ULP per row, fraction of rows", "img": _png(fig)}]
 
 
@@ -148,7 +158,7 @@ def plot_gate(d: pd.DataFrame) -> str | None:
     w = 0.8 / max(p.shape[1], 1)
     x = np.arange(len(p))
     for k, out in enumerate(p.columns):
-        ax.bar(x + k * w - 0.4 + w / 2, np.clip(p[out].to_numpy(dtype=float), 1e-3, None), width=w, label=out)
+        ax.bar(x + k * w - 0.4 + w / 2, np.clip(p[out].to_numpy(dtype=float), 1e-3, 1e3), width=w, label=out)
     ax.axhline(1.0, color="#c0392b", ls="--", lw=1)
     ax.set_yscale("log")
     ax.set_xticks(x, [str(i) for i in p.index], rotation=30, fontsize=8)
@@ -179,7 +189,8 @@ def _cell(r) -> tuple[str, str, str]:
     if r.cases == r.errors:
         return "error", "c-over", f"{r.errors} errored"
     if r.budget_metric == "ulp":
-        text = "" if r.max_ulp != r.max_ulp else f"{r.max_ulp:.4g} ({r.mean_ulp:.2g})"
+        text = "" if r.max_ulp != r.max_ulp else f"{r.max_ulp:.4g}" + (
+            f" ({r.mean_ulp:.2g})" if r.mean_ulp == r.mean_ulp else "")
         worst = r.max_ulp
     else:
         text = "" if r.max_scaled_err != r.max_scaled_err else f"{r.max_scaled_err:.3g}"
@@ -196,6 +207,7 @@ def accuracy(summary: pd.DataFrame) -> dict:
     """Implementations side by side; rows out_dtype x output x reference kind (the model
     reference is named per rounding, model:<rounding>, so it is grouped as 'model')."""
     s = summary.assign(ref_kind=summary["reference"].str.split(":").str[0])
+    s = sort_keys(s, ["out_dtype", "output", "ref_kind", "impl"])
     impls = sorted(s["impl"].unique())
     rows = []
     for (dt, out, ref), g in s.groupby(["out_dtype", "output", "ref_kind"], sort=False):

@@ -1,0 +1,195 @@
+"""Element errors and their reduction (harness/analysis/metrics.py) on hand-computed cases."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.analysis.metrics import ElementErrors, element_errors, reduce
+from references.formats import fmt_of
+
+INF = math.inf
+NAN = math.nan
+
+# precision p and emin per format: ulp(1) = 2**(1-p), smallest subnormal = 2**(emin-p+1)
+P = {"bf16": 8, "fp16": 11, "fp32": 24}
+EMIN = {"bf16": -126, "fp16": -14, "fp32": -126}
+
+
+def T(*v):
+    return torch.tensor(v, dtype=torch.float64)
+
+
+def errs(computed, ref, fmt, gauge=None, hi=None):
+    f = fmt_of(fmt)
+    c = T(*computed)
+    lo = T(*ref)
+    hi = lo if hi is None else T(*hi)
+    g = lo.abs() if gauge is None else T(*gauge)
+    return element_errors(c, lo, hi, g, f)
+
+
+FMTS = ["bf16", "fp16", "fp32"]
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_exact_equal_is_zero(fmt):
+    e = errs([1.0, -3.5, 0.0, 1e-3], [1.0, -3.5, 0.0, 1e-3], fmt)
+    assert e.ulp.tolist() == [0, 0, 0, 0]
+    assert e.scaled.tolist() == [0, 0, 0, 0]
+    assert e.abs.tolist() == [0, 0, 0, 0]
+    assert e.rel.tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_one_ulp_and_half_ulp(fmt):
+    u1 = 2.0 ** (1 - P[fmt])                     # ulp of [1, 2)
+    e = errs([1.0 + u1, 1.0, 2.0 - u1 / 2, -(1.0 + u1)],
+             [1.0, 1.0 + u1 / 2, 2.0 - u1, -1.0], fmt)
+    # 2 - u1 sits in [1, 2): ulp u1; the third element is off by u1/2
+    assert e.ulp.tolist() == [1.0, 0.5, 0.5, 1.0]
+    assert e.abs.tolist() == [u1, u1 / 2, u1 / 2, u1]
+    assert e.rel[0].item() == u1
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_ulp_from_reference_binade(fmt):
+    u1 = 2.0 ** (1 - P[fmt])
+    # reference 8 (binade [8, 16): ulp 8*u1); computed one ulp above
+    e = errs([8.0 + 8 * u1], [8.0], fmt)
+    assert e.ulp.item() == 1.0
+    # reference just below 8: the finer ulp of its own binade (4*u1)
+    e = errs([8.0], [8.0 - 4 * u1], fmt)
+    assert e.ulp.item() == 1.0
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_subnormal_range(fmt):
+    s = 2.0 ** (EMIN[fmt] - P[fmt] + 1)          # smallest subnormal
+    e = errs([4 * s, s, 0.0, 2.0 ** EMIN[fmt]], [3 * s, 0.0, s, 2.0 ** EMIN[fmt] - s], fmt)
+    assert e.ulp.tolist() == [1.0, 1.0, 1.0, 1.0]
+    e = errs([3.5 * s], [3 * s], fmt)
+    assert e.ulp.item() == 0.5
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_signed_zeros_equal(fmt):
+    e = errs([0.0, -0.0], [-0.0, 0.0], fmt)
+    assert e.ulp.tolist() == [0, 0] and e.scaled.tolist() == [0, 0] and e.abs.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_nan(fmt):
+    e = errs([NAN, NAN, 1.0], [NAN, 1.0, NAN], fmt, gauge=[1.0, 1.0, 1.0])
+    assert e.ulp.tolist() == [0.0, INF, INF]
+    assert e.scaled.tolist() == [0.0, INF, INF]
+    assert e.abs.tolist() == [0.0, INF, INF]
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_infinities(fmt):
+    e = errs([INF, -INF, INF, INF, 1.0, -INF], [INF, -INF, -INF, 1.0, INF, 5.0], fmt,
+             gauge=[1.0] * 6)
+    assert e.ulp.tolist() == [0.0, 0.0, INF, INF, INF, INF]
+    assert e.scaled.tolist() == [0.0, 0.0, INF, INF, INF, INF]
+
+
+def test_reference_that_rounds_to_inf():
+    # 70000 is past fp16's largest finite (65504) and rounds to inf: computed inf is right
+    e = errs([INF, 65504.0, -INF], [70000.0, 70000.0, -70000.0], "fp16")
+    assert e.ulp.tolist() == [0.0, INF, 0.0]
+    assert e.scaled[0].item() == 0.0
+    # 65519 still rounds to 65504: inf is wrong there
+    e = errs([INF], [65519.0], "fp16")
+    assert e.ulp.item() == INF
+    # in bf16 70000 is finite: inf is wrong
+    assert errs([INF], [70000.0], "bf16").ulp.item() == INF
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_interval_reference(fmt):
+    u1 = 2.0 ** (1 - P[fmt])
+    lo = [1.0, 1.0, 1.0, 1.0]
+    hi = [1.5, 1.5, 1.5, 1.5]
+    e = errs([1.0, 1.25, 1.5 + 2 * u1, 1.0 - u1 / 2], lo, fmt, hi=hi, gauge=[1.0] * 4)
+    # inside -> 0; above hi by 2 ulp(1.5); below lo by u1/2 = half an ulp of the nearest point (1)
+    assert e.ulp.tolist() == [0.0, 0.0, 2.0, 0.5]
+    assert e.ref.tolist() == [1.0, 1.25, 1.5, 1.0]
+    assert e.abs.tolist() == [0.0, 0.0, 2 * u1, u1 / 2]
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_scaled_error_hand_computed(fmt):
+    f = fmt_of(fmt)
+    u = 2.0 ** -P[fmt]
+    smin = 2.0 ** (EMIN[fmt] - P[fmt] + 1)
+    assert f.u == u and f.min_subnormal == smin
+    comp, ref, gauge = [0.0078125, 1.0 + 2 * u, 0.0], [0.0, 1.0, 0.0], [4.0, 2.0, 3.0]
+    e = errs(comp, ref, fmt, gauge=gauge)
+    want = [0.0078125 / (u * 4.0 + smin / 2), 2 * u / (u * 2.0 + smin / 2), 0.0]
+    assert e.scaled.tolist() == pytest.approx(want, rel=1e-15)
+    # a value cancelling to ~0: ulp error is huge, scaled error stays meaningful
+    assert e.ulp[0].item() > 1000 * e.scaled[0].item()
+    # zero gauge: only the underflow floor remains
+    e = errs([smin / 2], [0.0], fmt, gauge=[0.0])
+    assert e.scaled.item() == pytest.approx(1.0, rel=1e-15)
+
+
+def test_shapes_preserved_and_float64():
+    c = torch.ones(2, 3, dtype=torch.bfloat16)
+    e = element_errors(c, c.double(), c.double(), c.double(), fmt_of("bf16"))
+    for t in (e.ulp, e.scaled, e.abs, e.rel, e.ref):
+        assert t.shape == (2, 3) and t.dtype == torch.float64
+
+
+def _ee(ulp, scaled=None):
+    u = torch.tensor(ulp, dtype=torch.float64)
+    s = u.clone() if scaled is None else torch.tensor(scaled, dtype=torch.float64)
+    return ElementErrors(u, s, u.clone(), u.clone(), torch.zeros_like(u))
+
+
+def test_reduce_worst_index_and_counts():
+    e = _ee([[0.1, 0.2, 0.0], [0.3, 0.9, 0.6]])
+    r = reduce(e, "ulp", 0.5)
+    assert r.worst_index == (1, 1) and r.worst_flat == 4 and r.worst_metric == 0.9
+    assert r.count_over == 2
+    assert r.max_ulp == 0.9
+    assert r.mean_ulp == pytest.approx(2.1 / 6)
+
+
+def test_reduce_uses_the_budget_metric_for_the_worst():
+    e = _ee([[5.0, 0.0]], scaled=[[0.0, 3.0]])
+    r = reduce(e, "scaled", 1.0)
+    assert r.worst_index == (0, 1) and r.worst_metric == 3.0 and r.count_over == 1
+    r = reduce(e, "ulp", 1.0)
+    assert r.worst_index == (0, 0) and r.worst_metric == 5.0 and r.count_over == 1
+
+
+def test_reduce_nan_never_passes():
+    e = _ee([0.1, NAN, 0.2])
+    r = reduce(e, "ulp", 1000.0)
+    assert r.count_over == 1
+    assert r.worst_flat == 1 and r.worst_index == (1,)
+    assert r.worst_metric == INF
+
+
+def test_reduce_inf_counts_over():
+    r = reduce(_ee([0.0, INF]), "ulp", 1e300)
+    assert r.count_over == 1 and r.worst_flat == 1 and r.max_ulp == INF
+
+
+def test_reduce_empty_and_scalar():
+    r = reduce(_ee([]), "ulp", 1.0)
+    assert r.count_over == 0 and r.worst_index == ()
+    r = reduce(_ee(0.7), "ulp", 0.5)
+    assert r.count_over == 1 and r.worst_index == () and r.max_ulp == 0.7 and r.p99_ulp == 0.7
+
+
+def test_end_to_end_nan_in_computed_counts_over():
+    f = fmt_of("bf16")
+    c = torch.tensor([1.0, NAN], dtype=torch.bfloat16)
+    ref = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    e = element_errors(c, ref, ref, ref, f)
+    r = reduce(e, "ulp", 0.5)
+    assert r.count_over == 1 and r.worst_flat == 1 and math.isinf(r.worst_metric)
