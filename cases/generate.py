@@ -35,7 +35,8 @@ def x_values(dist: str, gen, shape, fmt: Format) -> torch.Tensor:
     if dist == "tiny":
         return TINY_X * torch.randn(shape, generator=gen, dtype=torch.float64)
     if dist == "subnormal":
-        return _uniform(gen, shape, -1.0, 1.0) * (2.0 ** fmt.emin)
+        # strictly below the smallest normal, also after rounding to the dtype
+        return _uniform(gen, shape, -1.0, 1.0) * (2.0 ** fmt.emin - fmt.min_subnormal)
     if dist == "zero_row":                       # the first row (the whole tensor when 1-D) is 0
         v = torch.randn(shape, generator=gen, dtype=torch.float64)
         v.reshape(-1, shape[-1])[0] = 0.0

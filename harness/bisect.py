@@ -232,7 +232,10 @@ def bisect(args) -> int:
     if args.build:
         step_cmd += ["--build", args.build]
     try:
-        _git(repo, "worktree", "add", "--detach", str(wt), good)
+        w = _git(repo, "worktree", "add", "--detach", str(wt), good, check=False)
+        if w.returncode != 0:                # e.g. a read-only repository: the user's to fix
+            why = (w.stderr.strip().splitlines() or ["git worktree add failed"])[-1]
+            raise UsageError(f"bisect: cannot add a worktree to {args.repo}: {why}")
 
         # The end points first: bisecting between two good (or two bad) commits says nothing.
         g = run_step(wt, args.impl, cases, args.device, results, args.build, prefix)

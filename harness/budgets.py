@@ -74,15 +74,17 @@ class Override:
 
 def parse_budget_file(text: str, path: str) -> list[Override]:
     """CSV, one budget per line: impl,rounding,dtype,output,reference,regime,metric,budget ('*' = any)."""
-    rows = list(csv.reader(io.StringIO(text)))
-    rows = [r for r in rows if r and not r[0].lstrip().startswith("#")]
+    reader = csv.reader(io.StringIO(text))
+    numbered = [(reader.line_num, r) for r in reader]          # line numbers before filtering
+    numbered = [(n, r) for n, r in numbered if r and not r[0].lstrip().startswith("#")]
+    rows = [r for _, r in numbered]
     if not rows:
         raise UsageError(f"{path}: empty budget file")
     header = [h.strip() for h in rows[0]]
     if tuple(header) != FILE_COLUMNS:
-        raise UsageError(f"{path}: line 1: header must be {','.join(FILE_COLUMNS)}")
+        raise UsageError(f"{path}: line {numbered[0][0]}: header must be {','.join(FILE_COLUMNS)}")
     out = []
-    for i, r in enumerate(rows[1:], start=2):
+    for i, r in numbered[1:]:
         if len(r) != len(FILE_COLUMNS):
             raise UsageError(f"{path}: line {i}: expected {len(FILE_COLUMNS)} fields, got {len(r)}")
         d = dict(zip(FILE_COLUMNS, (c.strip() for c in r)))
@@ -152,7 +154,7 @@ def _round_up(v: float) -> float:
     if v <= 0:
         return 0.0
     e = math.floor(math.log10(v)) - 1
-    return math.ceil(v / 10 ** e) * 10 ** e
+    return math.ceil(round(v / 10 ** e, 9)) * 10 ** e       # round(): 0.14/0.01 is 14.000000000000002
 
 
 def write_budget_file(lines, path) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.impls.base import Implementation
-from references.exact import Inputs
+from references.exact import OUTPUTS, Inputs
 
 EXPECTED_DTYPE_OF = {"y": "act", "dx": "x", "dgate": "gate", "dweight": "weight"}
 
@@ -48,10 +48,11 @@ def run_impl(impl: Implementation, inp: Inputs, act_dtype: torch.dtype, device: 
         x = inp.x.detach().to(device).clone().requires_grad_(True)
         gate = inp.gate.detach().to(device).clone().requires_grad_(True)
         y = module(x, gate)
+        # Without a usable y there is no backward either: every output fails, naming why.
         if not isinstance(y, torch.Tensor):
-            return Outcome({}, {"y": f"returned {type(y).__name__}, expected a tensor"})
+            return Outcome({}, {k: f"y is {type(y).__name__}, expected a tensor" for k in OUTPUTS})
         if tuple(y.shape) != tuple(inp.x.shape):
-            return Outcome({}, {"y": f"shape {tuple(y.shape)}, expected {tuple(inp.x.shape)}"})
+            return Outcome({}, {k: f"y shape {tuple(y.shape)}, expected {tuple(inp.x.shape)}" for k in OUTPUTS})
         y.backward(inp.dy.to(device=y.device, dtype=y.dtype))
         if device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -72,5 +73,5 @@ def run_impl(impl: Implementation, inp: Inputs, act_dtype: torch.dtype, device: 
             problems[k] = (f"{k} dtype {str(t.dtype).replace('torch.', '')}, "
                            f"expected {str(want_dtype[k]).replace('torch.', '')}")
         else:
-            outputs[k] = t.detach().to("cpu")
+            outputs[k] = t.detach()
     return Outcome(outputs, problems)

@@ -28,6 +28,7 @@ def apply_baseline(df: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
            for bv, bu in zip(out["baseline_value"], out["budget"])]
     regressed = (now > pd.Series(thr, index=out.index)) & (out["status"] == "pass")
     out["regressed"] = regressed
+    out["reason"] = out["reason"].astype(object).where(out["reason"].notna(), "")
     out.loc[regressed, "status"] = "fail"
     out.loc[regressed, "reason"] = [
         f"regressed: {n:.4g} vs baseline {b:.4g} (threshold {t:.4g})"

@@ -60,8 +60,8 @@ def case_rows(case: Case, cfg: SweepConfig, todo: list[Implementation]) -> list[
         act = act_format(case, impl.act_follows)
         try:
             if act.name not in by_act:
-                inp = generate(case, impl.act_follows)
-                by_act[act.name] = (inp, build(inp))
+                inp = generate(case, impl.act_follows).to(cfg.device)
+                by_act[act.name] = (inp, build(inp))      # float64 references on the same device
             inp, refs = by_act[act.name]
             outcome = run_impl(impl, inp, act.dtype, cfg.device)
             rows = check(case, impl, cfg.device, refs, outcome, cfg.overrides, cfg.override_path)

@@ -177,6 +177,14 @@ def test_impl_must_be_a_plugin_spec(history, capsys, spec):
     assert "NAME=MODULE:ATTR" in capsys.readouterr().err
 
 
+def test_missing_suite_file(history, capsys):
+    repo, c, _ = history
+    rc = main(["bisect", str(repo), c["base"], "main", "--impl", "mine=myimpl:make",
+               "--cases", str(repo / "nope.toml")])
+    assert rc == 2
+    assert "suite file not found" in capsys.readouterr().err
+
+
 def test_exit_code_mapping():
     from harness.bisect import map_harness_exit
     assert [map_harness_exit(rc) for rc in (0, 1, 2, 3, 130, -9)] == [0, 1, 125, 125, 128, 128]

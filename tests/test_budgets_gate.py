@@ -103,8 +103,6 @@ def test_parse_errors_name_the_line(body, needles):
         assert n in msg, (n, msg)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: harness/budgets.py parse_budget_file numbers lines after "
-                   "dropping comment/blank lines, so the reported line is wrong when any precede")
 def test_parse_error_line_counts_comments():
     text = "# budgets\n" + HEADER + "\ntorch,chain,bf16,y,exact,normal,ulp,oops\n"
     with pytest.raises(UsageError, match="line 4:"):
@@ -177,9 +175,6 @@ def test_regen_file_round_trips(tmp_path):
     assert ov == [Override("torch", "chain", "bf16", "y", "exact", "normal", "ulp", 1.3)]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: harness/budgets.py _round_up is not idempotent on values that "
-                   "already have 2 significant digits (0.14 -> 0.15, 0.28 -> 0.29, 0.56 -> 0.57: float "
-                   "v / 10**e lands just above an integer and ceil steps up)")
 def test_regen_is_idempotent():
     for v in (0.14, 0.28, 0.56, 1.3, 0.5):
         df = _results([("torch", "chain", "bf16", "y", "exact", "normal", "ulp", v, 0.0, 1.0, "pass")])
@@ -228,9 +223,6 @@ def test_apply_baseline_keeps_existing_fails():
     assert out["status"].tolist() == ["fail"] and out["regressed"].tolist() == [False]
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="BUG: harness/gate.py:32 assigns reason strings into "
-                   "a float64 all-NaN 'reason' column (results.csv read back with every check passing); "
-                   "pandas 3 raises TypeError, so `harness run/report --baseline` crashes on a regression")
 def test_apply_baseline_with_csv_loaded_frames(tmp_path):
     """Frames read back from CSV (reason column all-NaN floats)."""
     p = tmp_path / "r.csv"

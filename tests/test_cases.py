@@ -209,8 +209,6 @@ def test_subnormal_x(dtype):
     assert (x != 0).any()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: cases/generate.py x_values('subnormal') scales uniform(-1,1) by "
-                   "2**emin; rounding to the subnormal grid can round |x| up to 2**emin (the smallest normal)")
 def test_subnormal_x_bf16_stays_subnormal():
     f = fmt_of("bf16")
     x = generate(_case(shape=(4, 128), x_dist="subnormal")).x.double()

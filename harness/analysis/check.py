@@ -84,7 +84,8 @@ def check(case: Case, impl: Implementation, device: str, refs: CaseReferences, o
             got = outcome.outputs[out]
             lo, hi, gauge = (refs.exact(out) if ref_name == "exact"
                              else refs.model(impl.rounding, act, out))
-            err = element_errors(got, lo.cpu(), hi.cpu(), gauge.cpu(), fmt)
+            got = got.to(lo.device)
+            err = element_errors(got, lo, hi, gauge, fmt)
             red = reduce(err, budget.metric, budget.value)
             idx = red.worst_index
             row.update(
@@ -99,11 +100,11 @@ def check(case: Case, impl: Implementation, device: str, refs: CaseReferences, o
             )
             if ref_name == "exact":
                 cert = refs.certified(out, fmt)
-                row.update(cr_mismatch=int((got.to(torch.float64) != cert.golden.cpu()).sum()
-                                           - ((got.isnan()) & cert.golden.cpu().isnan()).sum()),
+                row.update(cr_mismatch=int((got.to(torch.float64) != cert.golden).sum()
+                                           - ((got.isnan()) & cert.golden.isnan()).sum()),
                            certified=cert.certified, uncertified=cert.uncertified)
             worst = red.worst_metric
-            nonfinite = ~torch.isfinite(got.to(torch.float64)) & torch.isfinite(round_to(lo.cpu(), fmt))
+            nonfinite = ~torch.isfinite(got.to(torch.float64)) & torch.isfinite(round_to(lo, fmt))
             if bool(nonfinite.any()):
                 k = int(nonfinite.reshape(-1).nonzero()[0])
                 status, reason = "fail", f"{out} non-finite ({float(got.reshape(-1)[k])}) where the reference is finite"
