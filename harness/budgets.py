@@ -163,3 +163,53 @@ def write_budget_file(lines, path) -> None:
         w.writeheader()
         for ln in lines:
             w.writerow({**ln, "budget": f"{ln['budget']:.6g}"})
+
+
+def derivation_table(hidden: int = 4096, tokens: int = 4096) -> str:
+    """The default budget formulas per (rounding, reference, output, regime) (docs/budgets.md),
+    with the value each gives for bf16 (activation and output) at `hidden` x `tokens`."""
+    from types import SimpleNamespace
+
+    from references.formats import fmt_of
+
+    terms = {"n": "rho_n", "y": "rho_y", "dn": "rho_dn", "dgate": "rho_dgate", "dx": "rho_dx",
+             "dweight": "rho_dw"}
+    inter = {"y": "n", "dgate": "n", "dx": "dn", "dweight": "dn"}
+    bf16 = fmt_of("bf16")
+    inp = SimpleNamespace(hidden=hidden, tokens=tokens)
+    head = ("rounding", "reference", "output", "regime", "metric", "formula",
+            f"bf16 H={hidden} T={tokens}")
+    rows = []
+    for rounding in ("chain", "fused"):
+        for reference in ("model", "exact"):
+            for output in METRIC:
+                for regime in ("normal", "extreme"):
+                    metric = METRIC[output]
+                    final = FINAL_ROUNDING[metric]
+                    if reference == "model":
+                        formula = f"{final:g} {metric}  (final rounding only)"
+                    elif regime == "extreme":
+                        formula = "inf  (reported; gated by the model reference)"
+                    else:
+                        parts = [f"{final:g}"]
+                        if rounding == "chain":
+                            parts.append(f"u_a/u_o ({inter[output]} rounded)")
+                        parts.append("(" + " + ".join(terms[k] for k in NOISE_PATH[output]) + ")/u_o")
+                        formula = " + ".join(parts) + f" {metric}"
+                    b = default_budget(output, reference, rounding, bf16, bf16, inp, regime)
+                    rows.append((rounding, reference, output, regime, metric, formula, f"{b.value:.6g}"))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:{w}s}}" for w in widths)
+    lines = [fmt.format(*head).rstrip(), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r).rstrip() for r in rows]
+    lines += [
+        "",
+        "u_o = 2^-p of the output's format (bf16 2^-8, fp16 2^-11, fp32 2^-24); u_a the same for the",
+        "activation format (n, dn rounded there in the chain model); u32 = 2^-24. float32 noise, in u32",
+        "relative to each output's gauge: rho_n = 6 + log2 H + sqrt H, rho_dn = 8, rho_y = 8,",
+        "rho_dgate = 12, rho_dx = 4 + log2 H + sqrt H, rho_dw = 4 + log2 T + sqrt T.",
+        "metric: ulp = |c - ref| / ulp(ref); scaled = |c - ref| / (u_o * gauge + min_subnormal/2).",
+        f"extreme regime: x large/tiny/subnormal, gates saturating/underflow, or eps >= 0.1. "
+        f"Overrides: --budgets FILE. See docs/budgets.md.",
+    ]
+    return "\n".join(lines)

@@ -35,6 +35,7 @@ class SweepConfig:
     override_path: str = ""
     resume: bool = False
     progress: bool | None = None        # None: a bar on a terminal, plain lines otherwise
+    golden_dir: Path | None = None      # golden store (references/store.py); None: always rebuild
 
 
 def resolve_device(device: str) -> str:
@@ -61,7 +62,12 @@ def case_rows(case: Case, cfg: SweepConfig, todo: list[Implementation]) -> list[
         try:
             if act.name not in by_act:
                 inp = generate(case, impl.act_follows).to(cfg.device)
-                by_act[act.name] = (inp, build(inp))      # float64 references on the same device
+                if cfg.golden_dir is None:
+                    refs = build(inp)                      # float64 references on the same device
+                else:                                      # golden store: built on the CPU, cached
+                    from references.store import cached_build, refs_to
+                    refs = refs_to(cached_build(inp.to("cpu"), case.params(), cfg.golden_dir), cfg.device)
+                by_act[act.name] = (inp, refs)
             inp, refs = by_act[act.name]
             outcome = run_impl(impl, inp, act.dtype, cfg.device)
             rows = check(case, impl, cfg.device, refs, outcome, cfg.overrides, cfg.override_path)

@@ -10,7 +10,7 @@ import torch
 from references.certify import Certified, certify
 from references.exact import OUTPUTS, Inputs, exact_outputs
 from references.formats import Format
-from references.models import model_reference
+from references.models import exact_allowance, model_reference
 
 
 @dataclass
@@ -20,15 +20,26 @@ class CaseReferences:
     gauges: dict[str, torch.Tensor]
     golden: dict[str, Certified] = field(default_factory=dict)     # keyed "output:fmt"
     models: dict[tuple[str, str], dict] = field(default_factory=dict)
+    allowances: dict[tuple[str, str], dict] = field(default_factory=dict)
+    mp_rows: dict = field(default_factory=dict)      # mpmath rows shared by every certification
 
     def exact(self, output: str):
         v = self.values[output]
         return v, v, self.gauges[output]
 
+    def exact_for(self, model: str, act: Format, output: str):
+        """The exact value widened by the absolute underflow allowance of `model` (models.exact_allowance)."""
+        key = (model, act.name)
+        if key not in self.allowances:
+            self.allowances[key] = exact_allowance(self.inputs, model, act)
+        v, a = self.values[output], self.allowances[key][output]
+        return v - a, v + a, self.gauges[output]
+
     def certified(self, output: str, fmt: Format) -> Certified:
         key = f"{output}:{fmt.name}"
         if key not in self.golden:
-            self.golden[key] = certify(self.inputs, output, fmt, values=self.values, gauges=self.gauges)
+            self.golden[key] = certify(self.inputs, output, fmt, values=self.values, gauges=self.gauges,
+                                       row_cache=self.mp_rows)
         return self.golden[key]
 
     def model(self, model: str, act: Format, output: str):

@@ -15,9 +15,11 @@ from references import mp
 from references.exact import Inputs, exact_outputs, float64_error_bound
 from references.formats import Format, round_to
 
-# dweight[j] in mpmath walks the whole case; beyond this many elements it is left uncertified
-# (and counted as such) rather than stalling a sweep.
+# mpmath works row by row (a row of H elements costs H exps): beyond these many undecided elements
+# per output, or for dweight beyond this many case elements, the rest is left uncertified (and
+# counted as such) rather than stalling a sweep. Small cases are always certified in full.
 MP_DWEIGHT_LIMIT = 200_000
+MP_MAX_UNDECIDED = 256
 
 
 @dataclass
@@ -26,7 +28,7 @@ class Certified:
     value64: torch.Tensor      # the float64 value
     flagged: int               # elements float64 could not decide
     certified: int             # of those, decided by mpmath
-    uncertified: int           # flagged but left to float64 (too costly); 0 on every small case
+    uncertified: int           # flagged but left to float64 (over the caps above)
 
 
 def undecided(value64: torch.Tensor, abs_bound: torch.Tensor, fmt: Format) -> torch.Tensor:
@@ -38,7 +40,8 @@ def undecided(value64: torch.Tensor, abs_bound: torch.Tensor, fmt: Format) -> to
 
 
 def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
-            values=None, gauges=None, mp_dweight_limit: int = MP_DWEIGHT_LIMIT) -> Certified:
+            values=None, gauges=None, mp_dweight_limit: int = MP_DWEIGHT_LIMIT,
+            max_undecided: int = MP_MAX_UNDECIDED, row_cache: dict | None = None) -> Certified:
     if values is None:
         values, gauges = exact_outputs(inp)
     v = values[output]
@@ -49,9 +52,10 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     flagged = len(flat)
     if output == "dweight" and flagged and inp.x.numel() > mp_dweight_limit:
         return Certified(golden, v, flagged, 0, flagged)
-    if flat:
-        exact = mp.values(inp.to("cpu"), output, flat, dps)
+    todo = flat[:max_undecided]
+    if todo:
+        exact = mp.values(inp.to("cpu"), output, todo, dps, cache=row_cache)
         g = golden.reshape(-1).cpu().clone()
-        g[flat] = torch.tensor([mp.round_mpf(e, fmt) for e in exact], dtype=torch.float64)
+        g[todo] = torch.tensor([mp.round_mpf(e, fmt) for e in exact], dtype=torch.float64)
         golden = g.reshape(golden.shape).to(golden.device)
-    return Certified(golden, v, flagged, flagged, 0)
+    return Certified(golden, v, flagged, len(todo), flagged - len(todo))

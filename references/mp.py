@@ -46,17 +46,20 @@ def row(inp: Inputs, index: int, dps: int = DEFAULT_DPS) -> dict[str, list]:
         }
 
 
-def values(inp: Inputs, output: str, flat_indices: Sequence[int], dps: int = DEFAULT_DPS) -> list:
+def values(inp: Inputs, output: str, flat_indices: Sequence[int], dps: int = DEFAULT_DPS,
+           cache: dict | None = None) -> list:
     """mpf values of `output` at the given flat element indices.
 
-    dweight[j] sums over every row, so it costs a full pass over the case; callers cap it."""
+    Rows are the unit of work (every element needs its row's mean of squares); `cache` (row index
+    -> row()) lets several outputs of one case share them. dweight[j] sums over every row, so it
+    costs a full pass over the case; callers cap it."""
     hsz = inp.hidden
     out = {}
+    cache = {} if cache is None else cache
     with mpmath.workdps(dps):
         if output == "dweight":
-            rows = [row(inp, i, dps)["dweight_terms"] for i in range(inp.tokens)]
+            rows = [cache.setdefault(i, row(inp, i, dps))["dweight_terms"] for i in range(inp.tokens)]
             return [mpmath.fsum(rw[j] for rw in rows) for j in flat_indices]
-        cache: dict[int, dict] = {}
         for k in flat_indices:
             i, j = divmod(int(k), hsz)
             if i not in cache:
@@ -86,7 +89,8 @@ def round_mpf(v, fmt) -> float:
         return float("nan")
     if v == 0:
         return 0.0                                # mpmath has no signed zero
-    with mpmath.workprec(max(mpmath.mp.prec, 4 * fmt.precision + 64)):
+    # Work at v's own precision at least: a lower one would round v onto a midpoint it is not on.
+    with mpmath.workprec(max(mpmath.mp.prec, v._mpf_[3] + 8, 4 * fmt.precision + 64)):
         a = abs(v)
         _, e = mpmath.frexp(a)                    # a = m * 2**e, 0.5 <= m < 1
         q = mpmath.ldexp(1, max(int(e) - 1, fmt.emin) - fmt.precision + 1)

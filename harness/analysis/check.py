@@ -82,7 +82,7 @@ def check(case: Case, impl: Implementation, device: str, refs: CaseReferences, o
                 rows.append({**row, "status": "fail", "reason": outcome.problems[out]})
                 continue
             got = outcome.outputs[out]
-            lo, hi, gauge = (refs.exact(out) if ref_name == "exact"
+            lo, hi, gauge = (refs.exact_for(impl.rounding, act, out) if ref_name == "exact"
                              else refs.model(impl.rounding, act, out))
             got = got.to(lo.device)
             err = element_errors(got, lo, hi, gauge, fmt)

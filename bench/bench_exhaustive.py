@@ -1,0 +1,60 @@
+"""Time `harness exhaustive` for a dtype / range / device: prints pairs/s and seconds.
+
+    python bench/bench_exhaustive.py --dtype bf16 --device cuda --chunk 67108864          # full set
+    python bench/bench_exhaustive.py --dtype bf16 --device cpu --gate-range 0x3f00:0x3f40
+    python bench/bench_exhaustive.py ... --compile 1     # torch.compile the per-tile elementwise part
+
+A warm-up run on a small range comes first (CUDA context, kernels, torch.compile) and is not timed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from harness import exhaustive as E  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    p.add_argument("--impl", default="torch")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--x-range")
+    p.add_argument("--gate-range")
+    p.add_argument("--dy", type=float, default=1.0)
+    p.add_argument("--chunk", type=int, default=1 << 26)
+    p.add_argument("--compile", type=int, choices=[0, 1], default=None,
+                   help="fuse the elementwise part (default: on for cuda)")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--summary", action="store_true", help="also print the result table")
+    a = p.parse_args()
+    xr = E.parse_range(a.x_range, "--x-range")
+    gr = E.parse_range(a.gate_range, "--gate-range")
+    comp = None if a.compile is None else bool(a.compile)
+    # warm-up: both regimes, the 1-D (dn) and 2-D tiles, compile
+    t = time.perf_counter()
+    E.run_exhaustive(a.dtype, a.impl, a.device, (0x3f80, 0x3f90), (0xc2a0, 0xc2c0), a.dy, 1 << 12, compile=comp)
+    print(f"warm-up {time.perf_counter() - t:.2f} s", file=sys.stderr)
+    for _ in range(a.repeat):
+        if a.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        res = E.run_exhaustive(a.dtype, a.impl, a.device, xr, gr, a.dy, a.chunk, compile=comp,
+                               progress=lambda s: print(s, file=sys.stderr, flush=True))
+        pairs = res.n_x * sum(res.n_gate.values())
+        mem = f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if a.device == "cuda" else ""
+        print(f"bench_exhaustive {a.dtype} {a.impl} {a.device} chunk={a.chunk} compile={comp}: "
+              f"{pairs:.4g} pairs in {res.seconds:.3f} s = {pairs / res.seconds:.4g} pairs/s{mem}")
+    if a.summary:
+        print(E.summary(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

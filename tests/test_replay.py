@@ -1,0 +1,123 @@
+"""`harness replay` (harness/replay.py): a recorded failing case reruns bit for bit, from a suite or
+rebuilt from results.csv; unknown ids and tampered rows are usage errors (exit 2)."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+import torch
+
+from harness.analysis.check import _hex
+from harness.cli import main
+from references.formats import fmt_of
+
+# A plug-in with a precision bug: SiLU evaluated in bf16 (the class is a valid factory).
+BUG = "bug=harness.mutants:SiluInBf16"
+SUITE = """
+name = "replay"
+[[group]]
+dtype = ["bf16", "fp16"]
+shape = [[4, 64]]
+gate_dist = ["normal"]
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    d = tmp_path_factory.mktemp("replay")
+    suite = d / "replay.toml"
+    suite.write_text(SUITE)
+    out = d / "out"
+    code = main(["run", "--impl", BUG, "--cases", str(suite), "--device", "cpu", "--out", str(out),
+                 "--no-report"])
+    assert code == 1
+    df = pd.read_csv(out / "results.csv")
+    return suite, out, df
+
+
+def _worst_from_output(text: str, output: str, reference: str):
+    """(index, got bits) of the first element listed under the `output vs reference` header."""
+    lines = text.splitlines()
+    for i, ln in enumerate(lines):
+        if re.match(rf"^{output}\s+vs {re.escape(reference)}\s", ln):
+            idx = re.match(r"^\s+\[([\d,]*)\]", lines[i + 1]).group(1)
+            bits = re.search(r"got=\S+ \((0x[0-9a-f]+)\)", lines[i + 2]).group(1)
+            return idx, bits
+    raise AssertionError(f"no {output} vs {reference} block in:\n{text}")
+
+
+def _expected_bits(row) -> str:
+    fmt = fmt_of(row["out_dtype"])
+    return _hex(torch.tensor(float(row["worst_got"]), dtype=torch.float64).to(fmt.dtype))
+
+
+@pytest.mark.parametrize("source", ["suite", "dir", "csv"])
+def test_replay_reproduces_worst_element_bit_for_bit(capsys, recorded, source):
+    suite, out, df = recorded
+    failing = df[df["status"] == "fail"]
+    assert not failing.empty
+    case_id = failing["case_id"].iloc[0]
+    cases = {"suite": str(suite), "dir": str(out), "csv": str(out / "results.csv")}[source]
+    capsys.readouterr()
+    code = main(["replay", case_id, "--impl", BUG, "--cases", cases, "--device", "cpu", "--top", "3"])
+    text = capsys.readouterr().out
+    assert code == 1
+    rows = df[df["case_id"] == case_id]
+    checked = 0
+    for _, row in rows.iterrows():
+        if pd.isna(row["worst_index"]) and pd.isna(row["worst_got"]):
+            continue
+        idx, bits = _worst_from_output(text, row["output"], row["reference"])
+        worst_index = str(row["worst_index"])
+        assert idx == worst_index, (row["output"], row["reference"])
+        assert bits == _expected_bits(row), (row["output"], row["reference"])
+        checked += 1
+    assert checked == len(rows) == 8
+    assert f"case {case_id}" in text
+    for k in ("exact=", "golden=", "ref=[", "ulp=", "scaled=", "gate=0x", "dy=0x"):
+        assert k in text
+
+
+def test_replay_structured_matches_recorded(recorded):
+    from harness.impls.registry import resolve
+    from harness.replay import find_case, run_case
+    suite, out, df = recorded
+    row = df[(df["status"] == "fail") & (df["output"] == "y")].iloc[0]
+    case = find_case(row["case_id"], str(out))
+    r = run_case(case, resolve(BUG), "cpu", top=1)
+    c = next(c for c in r.checks if c.row["output"] == "y" and c.row["reference"] == row["reference"])
+    assert ",".join(map(str, c.elements[0].index)) == str(row["worst_index"])
+    got = r.outputs["y"][c.elements[0].index]
+    assert _hex(got) == _expected_bits(row) == c.elements[0].got_hex
+    assert c.row["status"] == "fail"
+
+
+def test_replay_out_writes_results(tmp_path, capsys, recorded):
+    suite, out, df = recorded
+    cid = df["case_id"].iloc[0]
+    code = main(["replay", cid, "--impl", "torch", "--cases", str(suite), "--device", "cpu",
+                 "--out", str(tmp_path / "r"), "--top", "1"])
+    assert code == 0
+    got = pd.read_csv(tmp_path / "r" / "results.csv")
+    assert len(got) == 8 and set(got["status"]) == {"pass"} and set(got["case_id"]) == {cid}
+
+
+def test_replay_unknown_id_is_usage_error(capsys, recorded):
+    suite, out, _ = recorded
+    for cases in (str(suite), str(out)):
+        assert main(["replay", "000000000000", "--impl", "torch", "--cases", cases]) == 2
+        err = capsys.readouterr().err
+        assert "000000000000" in err and "Traceback" not in err
+
+
+def test_replay_tampered_row_is_usage_error(tmp_path, capsys, recorded):
+    _, out, df = recorded
+    cid = df["case_id"].iloc[0]
+    bad = df.copy()
+    bad.loc[bad["case_id"] == cid, "seed"] = 12345
+    f = tmp_path / "results.csv"
+    bad.to_csv(f, index=False)
+    assert main(["replay", cid, "--impl", "torch", "--cases", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "hash" in err and cid in err
