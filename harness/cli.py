@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-examples", type=int, default=50, help="hypothesis: examples to try")
     r.add_argument("--seed", type=int, default=0, help="hypothesis: seed")
     r.add_argument("--no-report", action="store_true", help="skip report.html (results.csv only)")
+    r.add_argument("--golden", help="golden store directory: reuse certified references across runs")
 
     c = sub.add_parser("cases", help="list the named suites, or the cases of one")
     c.add_argument("suite", nargs="?")

@@ -77,7 +77,7 @@ def cmd_run(args) -> int:
     if args.shard:
         cases = shard(cases, *_parse_shard(args.shard))
     cfg = SweepConfig(impls, cases, device, out_dir, specs, args.cases, overrides, args.budgets or "",
-                      resume=args.resume)
+                      resume=args.resume, golden_dir=Path(args.golden) if args.golden else None)
     print(f"harness: {len(cases)} cases x {len(impls)} implementation(s) "
           f"[{', '.join(f'{i.name} ({i.rounding})' for i in impls)}] on {device}", file=sys.stderr)
     df = run_sweep(cfg)

@@ -7,6 +7,7 @@ neighbours, including exact ties), float64 cannot decide: those elements, and on
 recomputed in mpmath and rounded there (ties to even)."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +30,7 @@ class Certified:
     flagged: int               # elements float64 could not decide
     certified: int             # of those, decided by mpmath
     uncertified: int           # flagged but left to float64 (over the caps above)
+    mp_seconds: float = 0.0    # time spent in mpmath
 
 
 def undecided(value64: torch.Tensor, abs_bound: torch.Tensor, fmt: Format) -> torch.Tensor:
@@ -53,9 +55,10 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     if output == "dweight" and flagged and inp.x.numel() > mp_dweight_limit:
         return Certified(golden, v, flagged, 0, flagged)
     todo = flat[:max_undecided]
+    t0 = time.perf_counter()
     if todo:
         exact = mp.values(inp.to("cpu"), output, todo, dps, cache=row_cache)
         g = golden.reshape(-1).cpu().clone()
         g[todo] = torch.tensor([mp.round_mpf(e, fmt) for e in exact], dtype=torch.float64)
         golden = g.reshape(golden.shape).to(golden.device)
-    return Certified(golden, v, flagged, len(todo), flagged - len(todo))
+    return Certified(golden, v, flagged, len(todo), flagged - len(todo), time.perf_counter() - t0)
