@@ -3,6 +3,10 @@ reference time spent in mpmath certification.
 
     python bench/bench_reference.py [--device cuda] [--tokens 8192] [--hidden 4096] [--dtype bf16]
 
+Times the eager closed forms (references.exact.exact_outputs) and the fused torch.compile version
+(references.fast.exact_outputs_fused; compile time reported separately), and the undecided mask of
+certification eager (references.certify.undecided) and fused (references.fast.undecided_fast).
+
 Floor: the bytes the closed forms must move at least once — read x, gate, dy (the input dtype) and
 weight, write y, dx, dgate in float64 plus dweight — divided by the device's copy bandwidth
 (measured here with a device-to-device copy, ~4.3 TB/s on an H200)."""
@@ -14,8 +18,10 @@ import torch
 from cases.case import Case
 from cases.generate import generate
 from references.bundle import build
-from references.exact import exact_outputs
-from references.formats import fmt_of
+from references.certify import undecided
+from references.exact import exact_outputs, float64_error_bound
+from references.fast import exact_outputs_fused, undecided_fast
+from references.formats import fmt_of, round_to
 
 
 def sync(dev):
@@ -53,6 +59,30 @@ def main():
           f"{a.tokens}x{a.hidden} {a.dtype}")
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s; floor {floor_bytes / 1e9:.2f} GB -> {floor_s * 1e3:.2f} ms")
     print(f"exact_outputs (float64 closed forms, fwd+bwd): {t_ref * 1e3:.2f} ms = {100 * floor_s / t_ref:.0f}% of the floor")
+    sync(a.device)
+    t0 = time.perf_counter()
+    exact_outputs_fused(inp)
+    sync(a.device)
+    t_compile = time.perf_counter() - t0
+    t_fused = timed(lambda: exact_outputs_fused(inp), a.device)
+    # what the fused pass must move at least: inputs read twice (row reductions, then the
+    # elementwise pass), the 10 full-size float64 values and gauges written once
+    fused_bytes = 2 * 3 * n * esize + 10 * n * 8 + 4 * a.hidden * 8
+    print(f"exact_outputs_fused (torch.compile): {t_fused * 1e3:.2f} ms = {100 * floor_s / t_fused:.0f}% of the floor, "
+          f"{t_ref / t_fused:.1f}x eager (first call incl. compile {t_compile:.1f} s; "
+          f"its own traffic of {fused_bytes / 1e9:.2f} GB -> {100 * fused_bytes / bw / t_fused:.0f}% of copy bandwidth)")
+    values, gauges = exact_outputs_fused(inp)
+    bnd = float64_error_bound(inp)
+    fmt0 = fmt_of(a.dtype)
+    for out in ("y", "dx"):
+        b = bnd[out] * gauges[out]
+        t_m = timed(lambda: undecided(values[out], b, fmt0), a.device)
+        t_mf = timed(lambda: undecided_fast(values[out], b, fmt0), a.device)
+        t_r = timed(lambda: round_to(values[out], fmt0), a.device)
+        same = bool(torch.equal(undecided(values[out], b, fmt0), undecided_fast(values[out], b, fmt0)))
+        print(f"  undecided mask {out} ({a.dtype}): eager {t_m * 1e3:.2f} ms, fused {t_mf * 1e3:.2f} ms "
+              f"({t_m / t_mf:.1f}x, identical: {same}); golden round_to alone {t_r * 1e3:.2f} ms")
+    del values, gauges
     # Share of the reference stage spent in mpmath: a full build + certification of every output.
     sync(a.device)
     t0 = time.perf_counter()

@@ -277,6 +277,15 @@ def analyse(output: str, regime: str, c_low: torch.Tensor, v: torch.Tensor, gaug
         gb = vb.abs() if gauge is None else gauge.reshape(-1)[cand]
         und = cand[_undecided(vb, F64_BOUND[output] * gb, fmt)]
         acc.flagged += und.numel() * weight
+        if und.numel():                                # near-exact products: decided without mpmath
+            xt, gt = _pair_tensors(und, shape, xs, gs, rep_x)
+            ok, gold_ne = near_exact_golden(output, xt, gt, dy, v.reshape(-1)[und], fmt)
+            if bool(ok.any()):
+                sel = und[ok]
+                c_sel = c_low.reshape(-1)[sel].to(torch.float64)
+                mismatch += int((c_sel != gold_ne[ok]).sum()) - int(mism.reshape(-1)[sel].sum())
+                acc.certified += sel.numel() * weight
+                und = und[~ok]
         take, rest = und[:MP_CAP], und[MP_CAP:]
         acc.uncertified += rest.numel() * weight
         if take.numel():
@@ -296,8 +305,9 @@ def analyse(output: str, regime: str, c_low: torch.Tensor, v: torch.Tensor, gaug
         acc.hist_scaled = h if acc.hist_scaled is None else acc.hist_scaled + h
     acc.sum_ulp += float(err.sum()) * weight
     acc.sum_scaled += float(scaled.sum()) * weight
-    acc.max_ulp = max(acc.max_ulp, float(err.max()))
-    acc.max_scaled = max(acc.max_scaled, float(scaled.max()))
+    tile_max = {"ulp": float(err.max()), "scaled": float(scaled.max())}
+    acc.max_ulp = max(acc.max_ulp, tile_max["ulp"])
+    acc.max_scaled = max(acc.max_scaled, tile_max["scaled"])
     acc.max_rel = max(acc.max_rel, float(rel_max))
     acc.max_abs = max(acc.max_abs, float(abs_max))
     acc.over += int((key > budget).sum()) * weight
@@ -306,9 +316,9 @@ def analyse(output: str, regime: str, c_low: torch.Tensor, v: torch.Tensor, gaug
         if metric == "scaled" and METRIC[output] != "scaled":
             continue
         flat = m.reshape(-1)
-        vals, idx = torch.topk(flat, min(TOPK, flat.numel()))
-        if len(acc.worst[metric]) >= TOPK and float(vals[0]) < acc.worst[metric][-1].key:
+        if len(acc.worst[metric]) >= TOPK and tile_max[metric] < acc.worst[metric][-1].key:
             continue
+        vals, idx = torch.topk(flat, min(TOPK, flat.numel()))
         xi, gi = _pair_values(idx, shape, xs, gs, rep_x)
         vals_l = vals.tolist()
         c = c_low.reshape(-1)[idx].to(torch.float64)
@@ -324,6 +334,43 @@ def analyse(output: str, regime: str, c_low: torch.Tensor, v: torch.Tensor, gaug
 def _undecided(v: torch.Tensor, bound: torch.Tensor, fmt: Format) -> torch.Tensor:
     from references.certify import undecided
     return undecided(v, bound, fmt)
+
+
+NEAR_EXACT_DELTA = 2.0 ** -40
+
+
+def near_exact_golden(output: str, x: torch.Tensor, t: torch.Tensor, dy: float, v: torch.Tensor, fmt: Format):
+    """Correctly rounded values where the exact result is P * (1 + delta), P exact in float64.
+
+    For gates t >= 2 whose sigmoid(-t) = m is tiny, the exact values are
+        y = x*t*(1 - m), dn = dy*t*(1 - m)          (P = x*t or dy*t, delta = -m < 0)
+        dgate = dy*x*(1 + m*(t - 1 - t*m))            (P = dy*x, 0 < delta <= t*m)
+    P is a product of two values of at most 11 significant bits (exact in float64), so any rounding
+    boundary other than P itself lies at least |P| * 2**-23 from P. Where |delta| <= t*m < 2**-40
+    the exact value rounds like P nudged by 2**-40 in delta's direction (a tie at P goes that way),
+    whatever the exact size of delta (m may even underflow in float64). These are the exact ties of
+    x*t that float64 cannot decide (sigmoid(t) rounds to 1 there); they need no mpmath.
+    Returns (mask of pairs decided this way, their golden values as float64)."""
+    x = x.to(torch.float64)
+    t = t.to(torch.float64)
+    m = torch.sigmoid(-t)
+    if output == "y":
+        P, sign = x * t, -1.0
+    elif output == "dn":
+        P, sign = dy * t, -1.0
+    else:
+        P, sign = dy * x, 1.0
+    ok = (t >= 2) & (t * m * 1.01 < NEAR_EXACT_DELTA) & torch.isfinite(P) & torch.isfinite(v)
+    ok &= (v - P).abs() <= P.abs() * 2.0 ** -30      # v is the float64 value of the same pair
+    golden = round_to(P * (1 + sign * NEAR_EXACT_DELTA), fmt)
+    return ok, golden
+
+
+def _pair_tensors(flat_idx: torch.Tensor, shape, xs, gs, rep_x):
+    """x and gate values (device tensors) of flat tile indices."""
+    if len(shape) == 1:
+        return rep_x.to(gs.device).expand(flat_idx.numel()), gs[flat_idx]
+    return xs[flat_idx // shape[1]], gs[flat_idx % shape[1]]
 
 
 def _pair_values(flat_idx: torch.Tensor, shape, xs, gs, rep_x):

@@ -164,3 +164,23 @@ def test_fp16_and_certification_path(monkeypatch):
 def test_compile_toggle_is_eager_by_default_on_cpu():
     E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x3f81), (0x3f80, 0x3f81))
     assert E._ELEMENTWISE["fn"] is E.elementwise
+
+
+def test_near_exact_ties_decided_without_mpmath(monkeypatch):
+    """Large gates: sigmoid(t) rounds to 1 in float64, x*t can be an exact bf16 tie; the exact value
+    lies just below it (y, dn) or just above (dgate), decided analytically (agrees with 400-digit
+    mpmath; 50-digit mpmath calls these ties once e**-t < 1e-50)."""
+    x = torch.tensor([1.0078125, 1.0234375], dtype=torch.float64)
+    t = torch.tensor([192.0, 118.0], dtype=torch.float64)
+    ok, g = E.near_exact_golden("y", x, t, 1.0, x * t, BF16)
+    assert ok.all() and g.tolist() == [193.0, 121.0]              # tie 193.5 -> down; 120.77 -> 121
+    dy = 0.75
+    ok, g = E.near_exact_golden("dgate", x[1:], t[1:], dy, dy * x[1:], BF16)
+    assert ok.all() and g.tolist() == [0.76953125]                # tie 0.767578125 -> up
+    ok, _ = E.near_exact_golden("y", x, torch.tensor([1.5, 3.0], dtype=torch.float64), 1.0, x, BF16)
+    assert not ok.any()                                           # small gates: left to mpmath
+    calls = []
+    monkeypatch.setattr(E, "_mp_golden", lambda *a: calls.append(a) or [])
+    res = E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x3fa0), (0x4300, 0x4340), dy=0.75)
+    assert not calls and res.acc[("y", "normal")].certified > 0
+    assert res.acc[("y", "normal")].uncertified == 0

@@ -1,0 +1,179 @@
+"""Fused (torch.compile) versions of the float64 reference work: `exact_outputs_fused` and
+`undecided_fast`.
+
+Same formulas, same operation order as references.exact / references.certify, so results agree
+with the eager ones to within `float64_error_bound * gauge` (Inductor may sum the row means and
+the dweight column in another order, and may contract a*b+c into an FMA; pointwise values that do
+not depend on a reduction are bit-identical in practice). Compiled once per (shape, dtypes,
+device, eps, zero_centred); if compilation or the compiled call fails, a warning is issued once and
+the eager implementation is used from then on for that key.
+
+`undecided_fast` is *exactly* the mask of references.certify.undecided: it evaluates the same
+float64 operations (v - b, v + b, the two exact roundings of references.formats.round_to, the
+comparison), but in one fused elementwise kernel that reads v and b once and writes one bool,
+instead of ~20 eager passes over float64 arrays. Every step is exact (frexp/ldexp/division by a
+power of two, round-half-even, comparisons), so there is nothing for the compiler to reorder.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from references.exact import Inputs, exact_outputs
+from references.formats import Format
+
+_COMPILED: dict = {}
+_FAILED: set = set()
+_WARNED: set = set()
+
+
+def _warn_once(what: str, err: BaseException) -> None:
+    if what not in _WARNED:
+        _WARNED.add(what)
+        warnings.warn(f"references.fast: torch.compile of {what} failed ({type(err).__name__}: {err}); "
+                      f"using the eager implementation", RuntimeWarning, stacklevel=3)
+
+
+def _raise_recompile_limit(n: int = 256) -> None:
+    """Each shape/dtype is its own graph (dynamic=False); don't let Dynamo's default limit of 8
+    silently fall back to eager after a few shapes."""
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name) and getattr(cfg, name) < n:
+            setattr(cfg, name, n)
+
+
+# ---------------------------------------------------------------------------------- exact outputs
+
+def _outputs_body(x_in, gate_in, w_in, dy_in, eps: float, zc: bool):
+    """references.exact.exact_outputs, written as one graph (same ops, same order)."""
+    f64 = torch.float64
+    x = x_in.to(f64)
+    w = w_in.to(f64)
+    g = w + 1 if zc else w
+    r = torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
+    xhat = x * r
+    t = gate_in.to(f64)
+    dy = dy_in.to(f64)
+    s = torch.sigmoid(t)
+    one_minus_s = torch.sigmoid(-t)
+    silu = t * s
+    dsilu = s * (1 + t * one_minus_s)
+    dsilu_abs = s * (1 + t.abs() * one_minus_s)
+    n = xhat * g
+    dn = dy * silu
+    # rmsnorm_backward
+    dxhat = dn * g
+    dx = r * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
+    h = dn.shape[-1]
+    dweight = (dn * xhat).reshape(-1, h).sum(0)
+    # rmsnorm_backward_gauge
+    dn_abs = dn.abs()
+    a = dn_abs * g.abs()
+    xa = xhat.abs()
+    dx_g = r * (a + xa * (a * xa).mean(-1, keepdim=True))
+    dw_g = (dn_abs * xa).reshape(-1, h).sum(0)
+    y = n * silu
+    dgate = dy * n * dsilu
+    dgate_g = (dy * n).abs() * dsilu_abs
+    return n, dn, y, dgate, dx, dweight, n.abs(), dn_abs, y.abs(), dgate_g, dx_g, dw_g
+
+
+def _key(inp: Inputs):
+    return (tuple(inp.x.shape), inp.x.dtype, inp.gate.dtype, inp.weight.dtype, inp.dy.dtype,
+            str(inp.x.device), float(inp.eps), bool(inp.zero_centered_gamma))
+
+
+def _compiled_outputs(key):
+    fn = _COMPILED.get(("outputs",) + key)
+    if fn is None:
+        _raise_recompile_limit()
+        eps, zc = key[-2], key[-1]
+
+        def body(x, gate, w, dy):
+            return _outputs_body(x, gate, w, dy, eps, zc)
+
+        fn = torch.compile(body, dynamic=False, fullgraph=True)
+        _COMPILED[("outputs",) + key] = fn
+    return fn
+
+
+def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """references.exact.exact_outputs through torch.compile: a row-reduction pass, one fused
+    elementwise pass writing every value and gauge, and the dweight column sums."""
+    if inp.x.numel() == 0:
+        return exact_outputs(inp)
+    key = _key(inp)
+    if key not in _FAILED:
+        try:
+            n, dn, y, dgate, dx, dw, n_g, dn_g, y_g, dgate_g, dx_g, dw_g = _compiled_outputs(key)(
+                inp.x, inp.gate, inp.weight, inp.dy)
+            values = {"n": n, "dn": dn, "y": y, "dgate": dgate, "dx": dx, "dweight": dw}
+            gauges = {"n": n_g, "dn": dn_g, "y": y_g, "dgate": dgate_g, "dx": dx_g, "dweight": dw_g}
+            return values, gauges
+        except Exception as err:     # compiler missing, backend error, ...: eager from now on
+            _FAILED.add(key)
+            _warn_once("exact_outputs", err)
+    return exact_outputs(inp)
+
+
+# ---------------------------------------------------------------------------------- undecided mask
+
+def _round_body(v, precision: int, emin: int, fmax: float):
+    """references.formats.round_to (float64 in, float64 out), inlined for fusion.
+
+    The exponent comes straight from the float64 bits instead of frexp: for a normal float64,
+    biased_exponent - 1023 = floor(log2|v|) = frexp's e - 1; zero and float64 subnormals give
+    -1023 or less, which the clamp to emin (>= -126 for every target) turns into emin exactly as
+    round_to's where(v == 0, emin + 1) does. The quantum 2**(e - p + 1) is built from its bits too
+    (it is a normal float64 for every target), so no pow/ldexp is involved."""
+    a = v.abs()
+    e = torch.clamp((a.view(torch.int64) >> 52) - 1023, min=emin)
+    q = ((e - (precision - 1) + 1023) << 52).view(torch.float64)
+    r = torch.round(a / q) * q
+    r = torch.where(r > fmax, torch.full_like(r, math.inf), r)
+    r = torch.where(torch.isfinite(v), r, a)
+    return torch.copysign(r, v)
+
+
+def _undecided_body(v, b, precision: int, emin: int, fmax: float):
+    lo = _round_body(v - b, precision, emin, fmax)
+    hi = _round_body(v + b, precision, emin, fmax)
+    both_nan = torch.isnan(lo) & torch.isnan(hi)
+    return (lo != hi) & ~both_nan
+
+
+def _undecided_eager(v, b, fmt: Format):
+    from references.certify import undecided
+    return undecided(v, b, fmt)
+
+
+def undecided_fast(value64: torch.Tensor, abs_bound: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """Drop-in for references.certify.undecided (same mask, bit for bit), one fused pass."""
+    v = value64.to(torch.float64)
+    b = abs_bound.to(torch.float64) if isinstance(abs_bound, torch.Tensor) else \
+        torch.full_like(v, float(abs_bound))
+    if fmt.precision >= 53 or v.numel() == 0:
+        return _undecided_eager(v, b, fmt)
+    if b.shape != v.shape:
+        v, b = torch.broadcast_tensors(v, b)
+    key = ("undecided", tuple(v.shape), str(v.device), fmt.precision, fmt.emin, fmt.max)
+    if key not in _FAILED:
+        try:
+            fn = _COMPILED.get(key)
+            if fn is None:
+                _raise_recompile_limit()
+                p, emin, fmax = fmt.precision, fmt.emin, fmt.max
+
+                def body(v, b):
+                    return _undecided_body(v, b, p, emin, fmax)
+
+                fn = torch.compile(body, dynamic=False, fullgraph=True)
+                _COMPILED[key] = fn
+            return fn(v.contiguous(), b.contiguous())
+        except Exception as err:
+            _FAILED.add(key)
+            _warn_once("undecided", err)
+    return _undecided_eager(v, b, fmt)

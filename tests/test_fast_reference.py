@@ -1,0 +1,118 @@
+"""references.fast against the eager references: the fused closed forms within the float64 error
+bound of exact_outputs, and undecided_fast equal, element for element, to certify.undecided."""
+import math
+
+import pytest
+import torch
+
+from references.certify import undecided
+from references.exact import exact_outputs, float64_error_bound
+from references.fast import exact_outputs_fused, undecided_fast
+from references.formats import fmt_of, round_to, ulp
+from tests.conftest import make_inputs
+
+SHAPES = [(19,), (3, 19), (2, 3, 96), (2, 1, 2, 127)]
+FMTS = ["bf16", "fp16", "fp32"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("zc", [False, True])
+@pytest.mark.parametrize("gate", [(3.0, 0.0), (1.0, -3.0), (2.0, 4.0), (1.0, -40.0)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_matches_exact_outputs(shape, zc, gate, dtype):
+    inp = make_inputs(shape, dtype, zc, gate_scale=gate[0], gate_shift=gate[1], seed=len(shape))
+    v, g = exact_outputs(inp)
+    vf, gf = exact_outputs_fused(inp)
+    bound = float64_error_bound(inp)
+    assert set(vf) == set(v) and set(gf) == set(g)
+    for k in v:
+        assert vf[k].shape == v[k].shape and vf[k].dtype == torch.float64, k
+        assert torch.all((vf[k] - v[k]).abs() <= bound[k] * g[k] + 1e-300), k
+        # the gauges are themselves float64 evaluations: same bound, relative to themselves
+        assert torch.all((gf[k] - g[k]).abs() <= bound[k] * g[k] + 1e-300), k
+    # the same per-element results where no reduction or transcendental is involved
+    assert torch.equal(vf["n"], v["n"]) or torch.all((vf["n"] - v["n"]).abs() <= bound["n"] * g["n"])
+
+
+def test_fused_extreme_gate_gives_zero_like_eager():
+    inp = make_inputs((2, 8), torch.bfloat16, gate_scale=0.0, gate_shift=-1000.0)
+    vf, _ = exact_outputs_fused(inp)
+    assert torch.all(vf["y"] == 0) and torch.all(vf["dgate"] == 0)
+
+
+def _near_boundaries(fmt, n, gen):
+    """float64 values at, and a few float64 ulps either side of, midpoints and representable values
+    of `fmt` across its whole range (subnormals, the overflow threshold, powers of two)."""
+    p, emin = fmt.precision, fmt.emin
+    e = torch.randint(emin - p - 2, int(math.log2(fmt.max)) + 2, (n,), generator=gen, dtype=torch.float64)
+    m = torch.randint(0, 1 << min(p, 20), (n,), generator=gen, dtype=torch.float64)
+    base = torch.ldexp(1 + m / (1 << min(p, 20)), e)           # some value
+    q = ulp(base, fmt)
+    k = torch.floor(base / q)
+    mid = (k + 0.5) * q                                          # a rounding midpoint
+    rep = k * q                                                  # a representable value
+    pts = torch.cat([mid, rep, torch.ldexp(torch.ones(n, dtype=torch.float64), e),
+                     torch.tensor([0.0, fmt.max, fmt.max + q.max().item() / 2, fmt.min_subnormal,
+                                   fmt.min_subnormal / 2, 2.0 ** emin, math.inf, -math.inf, math.nan],
+                                  dtype=torch.float64)])
+    shifts = torch.tensor([0, 1, -1, 2, -2, 7, -7], dtype=torch.float64)
+    bits = pts.view(torch.int64)
+    out = [(bits + int(s)).view(torch.float64) for s in shifts]  # neighbouring float64s
+    v = torch.cat(out)
+    v = torch.cat([v, -v])
+    return v[torch.isfinite(v) | torch.isinf(pts.repeat(2 * len(shifts))) | torch.isnan(v)]
+
+
+@pytest.mark.parametrize("fmt_name", FMTS)
+def test_undecided_fast_equals_undecided_near_boundaries(fmt_name):
+    fmt = fmt_of(fmt_name)
+    gen = torch.Generator().manual_seed(fmt.precision)
+    v = _near_boundaries(fmt, 3000, gen)
+    for rel in (0.0, 2.0 ** -60, 2.0 ** -53, 2.0 ** -50, 2.0 ** -40, 2.0 ** -20, 2.0 ** -8):
+        b = v.abs() * rel
+        b = torch.where(torch.isfinite(b), b, torch.zeros_like(b))
+        # also a bound that is a float64 ulp or two (the value itself sits that close to the boundary)
+        for bb in (b, torch.full_like(v, fmt.min_subnormal / 4), torch.full_like(v, 0.0)):
+            want = undecided(v, bb, fmt)
+            got = undecided_fast(v, bb, fmt)
+            assert torch.equal(got, want), (fmt_name, rel, int((got != want).sum()))
+    # exact midpoints with a zero bound are decided (ties to even), any bound that moves v +- b off them undecides them
+    q = ulp(torch.tensor([1.0], dtype=torch.float64), fmt)
+    mid = 1.0 + q / 2
+    assert not undecided_fast(mid, torch.zeros(1, dtype=torch.float64), fmt).item()
+    assert undecided_fast(mid, torch.full((1,), 2.0 ** -50), fmt).item()   # > half a float64 ulp of mid
+
+
+@pytest.mark.parametrize("fmt_name", FMTS)
+@pytest.mark.parametrize("scale", [1.0, 1e-6, 1e30])
+def test_undecided_fast_equals_undecided_random(fmt_name, scale):
+    fmt = fmt_of(fmt_name)
+    gen = torch.Generator().manual_seed(7)
+    v = torch.randn(4, 33, 65, generator=gen, dtype=torch.float64) * scale
+    v[0, 0, :5] = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan])
+    g = v.abs() * torch.rand(v.shape, generator=gen, dtype=torch.float64)
+    for rel in (2.0 ** -53 * 200, 2.0 ** -30, 2.0 ** -(fmt.precision + 1)):
+        b = rel * g
+        assert torch.equal(undecided_fast(v, b, fmt), undecided(v, b, fmt)), rel
+
+
+def test_undecided_fast_on_certify_bounds():
+    inp = make_inputs((6, 257), torch.bfloat16, gate_shift=-1.2785)
+    values, gauges = exact_outputs(inp)
+    bound = float64_error_bound(inp)
+    for out in ("y", "dx", "dgate", "dweight"):
+        for f in FMTS:
+            b = bound[out] * gauges[out]
+            assert torch.equal(undecided_fast(values[out], b, fmt_of(f)), undecided(values[out], b, fmt_of(f)))
+
+
+def test_round_body_is_round_to():
+    from references.fast import _round_body
+    gen = torch.Generator().manual_seed(3)
+    for f in FMTS:
+        fmt = fmt_of(f)
+        v = _near_boundaries(fmt, 2000, gen)
+        got = _round_body(v, fmt.precision, fmt.emin, fmt.max)
+        want = round_to(v, fmt)
+        same = (got == want) & (torch.signbit(got) == torch.signbit(want)) | (torch.isnan(got) & torch.isnan(want))
+        assert torch.all(same), f
