@@ -49,7 +49,11 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     v = values[output]
     bound = float64_error_bound(inp)[output] * gauges[output]
     golden = round_to(v, fmt)
-    mask = undecided(v, bound, fmt)
+    if v.is_cuda:
+        from references.fast import undecided_fast       # same mask, one fused pass
+        mask = undecided_fast(v, bound, fmt)
+    else:
+        mask = undecided(v, bound, fmt)
     flat = mask.reshape(-1).nonzero().reshape(-1).cpu().tolist()
     flagged = len(flat)
     if output == "dweight" and flagged and inp.x.numel() > mp_dweight_limit:

@@ -81,6 +81,17 @@ def _outputs_body(x_in, gate_in, w_in, dy_in, eps: float, zc: bool):
     return n, dn, y, dgate, dx, dweight, n.abs(), dn_abs, y.abs(), dgate_g, dx_g, dw_g
 
 
+def _inductor_options() -> dict:
+    """Inductor's "mix-order reduction" (a row and a column reduction in one Triton kernel, on by
+    default in torch 2.10+) initialises its float64 accumulators as float32 and fails to compile
+    at 8192x4096 (seen on torch 2.11+cu130): keep the dweight column sums a kernel of their own."""
+    try:
+        from torch._inductor import config as ic
+        return {"triton.mix_order_reduction": False} if hasattr(ic.triton, "mix_order_reduction") else {}
+    except Exception:
+        return {}
+
+
 def _key(inp: Inputs):
     return (tuple(inp.x.shape), inp.x.dtype, inp.gate.dtype, inp.weight.dtype, inp.dy.dtype,
             str(inp.x.device), float(inp.eps), bool(inp.zero_centered_gamma))
@@ -95,7 +106,7 @@ def _compiled_outputs(key):
         def body(x, gate, w, dy):
             return _outputs_body(x, gate, w, dy, eps, zc)
 
-        fn = torch.compile(body, dynamic=False, fullgraph=True)
+        fn = torch.compile(body, dynamic=False, fullgraph=True, options=_inductor_options())
         _COMPILED[("outputs",) + key] = fn
     return fn
 
