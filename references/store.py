@@ -27,7 +27,6 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Sequence
@@ -37,6 +36,7 @@ import numpy as np
 import torch
 
 from references import mp
+from references.atomic import atomic_write
 from references.bundle import CaseReferences, build
 from references.certify import Certified
 from references.exact import OUTPUTS, Inputs
@@ -141,19 +141,8 @@ def save(directory: Path | str, key: str, refs: CaseReferences, params: dict) ->
     }
     meta["checksum"] = _checksum(meta, arrays)
     path = path_for(directory, key)
-    fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, meta=np.array(_canonical(meta)), **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(path) as f:
+        np.savez(f, meta=np.array(_canonical(meta)), **arrays)
     return path
 
 

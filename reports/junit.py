@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pandas as pd
+
+from references.atomic import atomic_write
 
 DETAIL = ("max_ulp", "max_scaled_err", "budget_metric", "budget", "worst_index", "worst_got",
           "worst_ref", "worst_inputs", "replay")
@@ -57,16 +57,5 @@ def write_junit(df: pd.DataFrame, path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tree = build_tree(df)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            tree.write(f, encoding="utf-8", xml_declaration=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(path) as f:
+        tree.write(f, encoding="utf-8", xml_declaration=True)
