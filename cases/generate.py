@@ -66,11 +66,12 @@ def gate_values(dist: str, gen, shape) -> torch.Tensor:
 
 
 def gamma_values(dist: str, gen, hidden: int, zero_centered: bool) -> torch.Tensor:
-    """Stored weight values. 'one' means the effective gamma is ~1 (so ~0 when zero-centred)."""
+    """Stored weight values: 'one' ~1, 'zero' ~0 (the usual zero-centred init, or a near-zero
+    gamma without it), 'outlier' the usual init plus a few channels at ~30."""
     base = 0.0 if zero_centered else 1.0
     noise = 0.1 * torch.randn(hidden, generator=gen, dtype=torch.float64)
     if dist == "one":
-        return base + noise
+        return 1.0 + noise
     if dist == "zero":
         return noise
     if dist == "outlier":

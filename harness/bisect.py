@@ -96,12 +96,26 @@ def run_step(worktree: Path, impl: str, cases: str, device: str, results_root: P
                            cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
     code = map_harness_exit(r.returncode)
     why = f"harness run exited {r.returncode}"
+    if code == BAD and _only_errors(out / "results.csv"):
+        # exit 1 from error rows alone (the plug-in raised): not "over budget", untestable
+        code, why = SKIP, why + " (error rows only: the implementation raised)"
     if r.returncode == 2:                    # say why it was skipped: the usage error's one line
         lines = [ln for ln in log.read_text().splitlines() if ln.startswith("harness: error:")]
         if lines:
             why += f" ({lines[-1][len('harness: error: '):]})"
     _note(out, sha, code, why)
     return code
+
+
+def _only_errors(results: Path) -> bool:
+    from harness.errors import UsageError
+    from reports.results_io import read_results
+    try:
+        status = read_results(results)["status"]
+    except UsageError:
+        return False
+    bad = status[status != "pass"]
+    return len(bad) > 0 and bool((bad == "error").all())
 
 
 def _note(out: Path, sha: str, code: int, why: str) -> None:

@@ -116,7 +116,10 @@ def load_budget_file(path: str) -> list[Override]:
 
 def lookup(overrides: list[Override], default: Budget, impl, rounding, dtype, output, reference,
            regime, path: str = "budget file") -> Budget:
-    hits = [o for o in overrides if o.matches(impl, rounding, dtype, output, reference, regime)]
+    # an override never changes what an output is measured in (a '*' output line applies only
+    # to the outputs budgeted in its metric)
+    hits = [o for o in overrides if o.matches(impl, rounding, dtype, output, reference, regime)
+            and o.metric == METRIC[output]]
     if not hits:
         return default
     best = max(hits, key=Override.specificity)
@@ -136,6 +139,8 @@ def regen(results, cap: float = REGEN_CAP, allow_growth: bool = False):
         col = "max_ulp" if metric == "ulp" else "max_scaled_err"
         measured = float(grp[col].max())
         old = float(grp["budget"].max())
+        if not math.isfinite(old):          # reported, not gated (extreme vs exact): stays so
+            continue
         if not math.isfinite(measured):
             refused.append((key, measured, old))
             continue

@@ -1,6 +1,7 @@
 """One function per subcommand: arguments in, exit code out. Library code never prints; this does."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -28,10 +29,7 @@ def _env(device: str) -> dict:
 
 
 def _render(out_dir: Path, df: pd.DataFrame, baseline, exit_code: int, device: str, title: str) -> None:
-    try:
-        from reports.html import write_all
-    except ImportError:                      # report stage not built yet: results.csv still stands
-        return
+    from reports.html import write_all
     write_all(out_dir, df, baseline=baseline, env=_env(device), exit_code=exit_code, title=title)
 
 
@@ -42,10 +40,19 @@ def _load_baseline(path: str | None):
     f = p / "results.csv" if p.is_dir() else p
     if not f.is_file():
         raise UsageError(f"--baseline {path}: no results.csv there")
+    from reports.results_io import read_results
+    return read_results(f)
+
+
+def _writable_dir(path: str) -> Path:
+    p = Path(path)
     try:
-        return pd.read_csv(f)
-    except Exception as e:
-        raise UsageError(f"--baseline {path}: unreadable results.csv ({e})") from None
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {path}: cannot create the directory ({e.strerror})") from None
+    if not os.access(p, os.W_OK):
+        raise UsageError(f"--out {path}: not writable")
+    return p
 
 
 def cmd_run(args) -> int:
@@ -63,10 +70,14 @@ def cmd_run(args) -> int:
     _check_available(impls, device)
     overrides = load_budget_file(args.budgets) if args.budgets else []
     baseline = _load_baseline(args.baseline)
-    out_dir = Path(args.out)
+    out_dir = _writable_dir(args.out)
     specs = {i.name: s for i, s in zip(impls, args.impl)}
 
     if args.cases == "hypothesis":
+        ignored = [f for f, v in (("--resume", args.resume), ("--shard", args.shard),
+                                  ("--baseline", args.baseline), ("--junit", args.junit)) if v]
+        if ignored:
+            raise UsageError(f"--cases hypothesis: {ignored[0]} does not apply to an exploration")
         from harness.explore import explore
         return explore(impls, specs, device, args.max_examples, args.seed, out_dir, overrides,
                        args.budgets or "")
@@ -89,7 +100,10 @@ def cmd_run(args) -> int:
     print(summary_table(df))
     for ln in lines:
         print(ln)
-    if not args.no_report:
+    if args.no_report:
+        from reports.summary import summarize
+        summarize(df).to_csv(out_dir / "summary.csv", index=False)
+    else:
         _render(out_dir, df, baseline, code, device, f"{suite.name}: {', '.join(specs)}")
     if args.junit:
         from reports.junit import write_junit
@@ -118,13 +132,13 @@ def cmd_cases(args) -> int:
 
 def cmd_merge(args) -> int:
     from harness.gate import verdict
-    from reports.results_io import write_results
+    from reports.results_io import read_results, write_results
     frames = []
     for d in args.dirs:
         f = Path(d) / "results.csv"
         if not f.is_file():
             raise UsageError(f"merge: {d}: no results.csv")
-        frames.append(pd.read_csv(f))
+        frames.append(read_results(f))
     df = pd.concat(frames, ignore_index=True)
     df = df.drop_duplicates(subset=["case_id", "impl", "output", "reference"], keep="last")
     out = Path(args.out)
@@ -144,7 +158,8 @@ def cmd_report(args) -> int:
     f = d / "results.csv"
     if not f.is_file():
         raise UsageError(f"report: {args.dir}: no results.csv")
-    df = pd.read_csv(f)
+    from reports.results_io import read_results
+    df = read_results(f)
     baseline = _load_baseline(args.baseline)
     if baseline is not None:
         df = apply_baseline(df, baseline)
@@ -169,7 +184,8 @@ def cmd_budgets(args) -> int:
     f = p / "results.csv" if p.is_dir() else p
     if not f.is_file():
         raise UsageError(f"budgets regen --from {args.src}: no results.csv")
-    lines, grown, refused = regen(pd.read_csv(f), allow_growth=args.allow_growth)
+    from reports.results_io import read_results
+    lines, grown, refused = regen(read_results(f), allow_growth=args.allow_growth)
     write_budget_file(lines, args.output)
     for key, new, old in grown:
         print(f"grew: {','.join(map(str, key))}: {old:.4g} -> {new:.4g}")

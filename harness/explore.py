@@ -79,8 +79,9 @@ def explore(impls, specs, device, max_examples, seed, out_dir, overrides=(), bud
         test()
     except Exception as e:                        # the shrunk failure (or a harness crash)
         cid = state["last"]
-        if cid is None:
-            raise
+        from hypothesis.errors import HypothesisException
+        if cid is None or not isinstance(e, (AssertionError, HypothesisException, BaseExceptionGroup)):
+            raise                                 # a harness bug is a traceback, never a "case"
         if not isinstance(e, AssertionError):
             print(f"harness: hypothesis ended with {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                   file=sys.stderr)

@@ -21,7 +21,8 @@ def regression_threshold(base: float, budget: float) -> float:
 
 def apply_baseline(df: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
     """Mark checks that got worse than the baseline beyond margin and floor; they fail."""
-    b = baseline.assign(baseline_value=metric_value(baseline))[KEY + ["baseline_value"]]
+    b = baseline.drop_duplicates(KEY, keep="last")
+    b = b.assign(baseline_value=metric_value(b))[KEY + ["baseline_value"]]
     out = df.drop(columns=[c for c in ("baseline_value", "regressed") if c in df.columns]).merge(b, on=KEY, how="left")
     now = metric_value(out)
     thr = [regression_threshold(bv, bu) if not (math.isnan(bv) or math.isnan(bu)) else math.inf

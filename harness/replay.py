@@ -156,7 +156,8 @@ def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override
             continue
         fmt = fmt_of(out_format_name(case, act.name, out))
         ref_name = "exact" if row["reference"] == "exact" else "model"
-        lo, hi, gauge = refs.exact(out) if ref_name == "exact" else refs.model(impl.rounding, act, out)
+        lo, hi, gauge = (refs.exact_for(impl.rounding, act, out) if ref_name == "exact"
+                         else refs.model(impl.rounding, act, out))       # exactly what check() uses
         got = outcome.outputs[out].to(lo.device)
         err = element_errors(got, lo, hi, gauge, fmt)
         metric = err.ulp if row["budget_metric"] == "ulp" else err.scaled

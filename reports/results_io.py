@@ -36,8 +36,25 @@ def append_rows(path: Path, rows: list[dict]) -> None:
         os.fsync(f.fileno())
 
 
+# Text columns must stay text: a case id such as "060486302023" is not a number.
+TEXT_COLUMNS = ("case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype",
+                "shape", "gate_dist", "output", "reference", "budget_metric", "status", "label",
+                "regime", "act_dtype", "out_dtype", "x_dist", "gamma_dist", "worst_index",
+                "worst_inputs", "budget_source", "reason", "replay")
+REQUIRED = ("case_id", "impl", "output", "reference", "status")
+
+
 def read_results(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, keep_default_na=True)
+    """The one reader of results.csv; a missing, empty or foreign file is the user's error."""
+    from harness.errors import UsageError
+    try:
+        df = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})
+    except (OSError, pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: not a readable results.csv ({type(e).__name__}: {e})") from None
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise UsageError(f"{path}: not a results.csv (missing column {missing[0]!r})")
+    return df
 
 
 def repair_for_resume(path: Path, rows_per_pair: int) -> set[tuple[str, str]]:

@@ -49,7 +49,10 @@ def _with_factory(name: str, factory, source: str) -> Implementation:
     act = getattr(factory, "act_follows", "x")
     if act not in ("x", "weight"):
         raise UsageError(f"--impl {name}: {source}.act_follows is {act!r}; expected 'x' or 'weight'")
-    devices = tuple(getattr(factory, "devices", ("cpu", "cuda")))
+    devices = getattr(factory, "devices", ("cpu", "cuda"))
+    devices = (devices,) if isinstance(devices, str) else tuple(devices)
+    if not devices or any(d not in ("cpu", "cuda") for d in devices):
+        raise UsageError(f"--impl {name}: {source}.devices is {devices!r}; expected 'cpu' and/or 'cuda'")
     return Implementation(name, factory, rounding, act, devices, source=source)
 
 
