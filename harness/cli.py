@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     rl.add_argument("--out")
     rl.add_argument("--top", type=int, default=5)
+    rl.add_argument("--budgets", help="the budget file the sweep used")
 
     b = sub.add_parser("budgets", help="budget files")
     bsub = b.add_subparsers(dest="budgets_cmd", required=True, parser_class=_Parser)

@@ -140,7 +140,19 @@ def cmd_merge(args) -> int:
             raise UsageError(f"merge: {d}: no results.csv")
         frames.append(read_results(f))
     df = pd.concat(frames, ignore_index=True)
-    df = df.drop_duplicates(subset=["case_id", "impl", "output", "reference"], keep="last")
+    key = ["case_id", "impl", "output", "reference"]
+    dup = df[df.duplicated(key, keep=False)]
+    if not dup.empty:
+        r = dup.iloc[0]
+        raise UsageError(f"merge: {r['case_id']} {r['impl']} {r['output']} {r['reference']} is in more "
+                         f"than one input: shards must be disjoint")
+    from harness.runner import ROWS_PER_PAIR
+    sweep = df[df["reference"].str.startswith("model:")][["case_id", "impl"]].drop_duplicates()
+    counts = df.merge(sweep, on=["case_id", "impl"]).groupby(["case_id", "impl"]).size()
+    if (counts != ROWS_PER_PAIR).any():
+        cid, impl = counts[counts != ROWS_PER_PAIR].index[0]
+        raise UsageError(f"merge: {cid} {impl} has {counts[(cid, impl)]} of {ROWS_PER_PAIR} rows: "
+                         f"an interrupted shard; rerun it with --resume first")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_results(out / "results.csv", df)

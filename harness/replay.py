@@ -223,7 +223,10 @@ def replay(args) -> int:
     if reason:
         raise UsageError(f"--impl {impl.name}: {reason}")
     case = find_case(args.case_id, args.cases)
-    r = run_case(case, impl, device, top)
+    budgets = getattr(args, "budgets", None)
+    from harness.budgets import load_budget_file
+    overrides = load_budget_file(budgets) if budgets else []
+    r = run_case(case, impl, device, top, overrides, budgets or "")
     print(format_replay(r))
     if getattr(args, "out", None):
         from reports.results_io import write_results

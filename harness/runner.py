@@ -49,8 +49,13 @@ def shard(cases: list[Case], k: int, n: int) -> list[Case]:
     return [c for c in cases if int(c.case_id, 16) % n == k - 1]
 
 
-def replay_command(case: Case, spec: str, suite_ref: str) -> str:
-    return f"harness replay {case.case_id} --impl {spec} --cases {suite_ref}"
+def replay_command(case: Case, spec: str, suite_ref: str, device: str = "", budgets: str = "") -> str:
+    cmd = f"harness replay {case.case_id} --impl {spec} --cases {suite_ref}"
+    if device:
+        cmd += f" --device {device}"
+    if budgets:
+        cmd += f" --budgets {budgets}"
+    return cmd
 
 
 def case_rows(case: Case, cfg: SweepConfig, todo: list[Implementation]) -> list[list[dict]]:
@@ -73,7 +78,8 @@ def case_rows(case: Case, cfg: SweepConfig, todo: list[Implementation]) -> list[
             rows = check(case, impl, cfg.device, refs, outcome, cfg.overrides, cfg.override_path)
         except torch.cuda.OutOfMemoryError as e:
             rows = error_rows(case, impl, cfg.device, act.name, f"out of memory: {e}")
-        replay = replay_command(case, cfg.impl_specs.get(impl.name, impl.name), cfg.suite_ref)
+        replay = replay_command(case, cfg.impl_specs.get(impl.name, impl.name), cfg.suite_ref,
+                                cfg.device, cfg.override_path)
         for r in rows:
             r["replay"] = replay
         out.append(rows)

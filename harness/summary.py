@@ -1,19 +1,15 @@
-"""The end-of-run table: implementation x dtype x output, pass/fail counts and the worst ULP."""
+"""The end-of-run table printed by `harness run`: reports.summary.summarize, formatted."""
 from __future__ import annotations
 
 import pandas as pd
+
+from reports.summary import summarize
+
+SHOWN = ["impl", "out_dtype", "output", "reference", "cases", "failures", "errors", "max_ulp",
+         "max_scaled_err", "budget"]
 
 
 def summary_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "(no results)"
-    g = df.groupby(["impl", "out_dtype", "output", "reference"], sort=True)
-    t = pd.DataFrame({
-        "pass": g["status"].apply(lambda s: int((s == "pass").sum())),
-        "fail": g["status"].apply(lambda s: int((s == "fail").sum())),
-        "error": g["status"].apply(lambda s: int((s == "error").sum())),
-        "max_ulp": g["max_ulp"].max(),
-        "max_scaled": g["max_scaled_err"].max(),
-        "budget": g["budget"].max(),
-    }).reset_index()
-    return t.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+    return summarize(df)[SHOWN].to_string(index=False, float_format=lambda v: f"{v:.3g}")

@@ -15,6 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from references.atomic import atomic_write
 from reports.summary import budget_ratio, normalize, sort_keys, summarize, worst_value
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -303,7 +304,8 @@ def render_report(df: pd.DataFrame, out_dir: Path, *, baseline: pd.DataFrame | N
         env={str(k): str(v) for k, v in (env or {}).items()},
     )
     path = out_dir / "report.html"
-    path.write_text(html, encoding="utf-8")
+    with atomic_write(path, "w") as f:                # a reader never sees half a report
+        f.write(html)
     return path
 
 

@@ -277,3 +277,17 @@ def test_bad_results_inputs_exit_2(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert_usage(*run(capsys, "run", "--impl", "torch", "--out", str(blocker / "sub"), "--no-report")[::2])
+
+
+def test_merge_refuses_overlapping_and_interrupted_shards(capsys, tmp_path, suite):
+    a = tmp_path / "a"
+    base = ["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--no-report"]
+    assert run(capsys, *base, "--out", str(a))[0] == 0
+    # the same results twice: overlapping shards
+    assert_usage(*run(capsys, "merge", str(a), str(a), "--out", str(tmp_path / "m"))[::2])
+    # a pair cut short, as a killed shard leaves it
+    lines = (a / "results.csv").read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "results.csv").write_text("".join(lines[:-3]))
+    assert_usage(*run(capsys, "merge", str(cut), "--out", str(tmp_path / "m2"))[::2])
