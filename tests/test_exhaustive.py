@@ -184,3 +184,74 @@ def test_near_exact_ties_decided_without_mpmath(monkeypatch):
     res = E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x3fa0), (0x4300, 0x4340), dy=0.75)
     assert not calls and res.acc[("y", "normal")].certified > 0
     assert res.acc[("y", "normal")].uncertified == 0
+
+
+def _acc_view(a: E.Acc) -> dict:
+    d = {f: getattr(a, f) for f in ("pairs", "max_ulp", "max_scaled", "max_abs", "max_rel", "over", "mismatch",
+                                    "flagged", "certified", "uncertified", "nonfinite")}
+    d["hist_ulp"] = None if a.hist_ulp is None else a.hist_ulp.tolist()
+    d["hist_scaled"] = None if a.hist_scaled is None else a.hist_scaled.tolist()
+    d["worst"] = {m: [vars(w) for w in lst] for m, lst in a.worst.items()}
+    return d
+
+
+FUSED_VS_REFERENCE = [
+    # dtype, impl, x_range, gate_range, dy, chunk
+    ("bf16", "torch", (0x3f80, 0x4000), (0x0000, 0x0400), 1.0, 1 << 15),      # tiny gates: ties, closed form
+    ("bf16", "torch", (0x0000, 0x0100), (0xbf80, 0xc000), 1.0, 1 << 14),      # subnormal x, padded last tile
+    ("bf16", "torch", (0x7d00, 0x7f80), (0x4180, 0x4220), 1.0, 1 << 13),      # overflow to inf
+    ("bf16", "torch", (0x3f80, 0x3fc0), (0xc2a0, 0xc400), 1.0, 1 << 12),      # both regimes, gate blocks
+    ("fp16", "torch", (0x0400, 0x1400), (0xbd1c, 0xbd20), 1.0, 1 << 12),      # silu' root
+    ("bf16", "mutant-silu-lowp", (0x3f80, 0x3fa0), (0x3f00, 0x4000), -1.375, 1 << 12),
+    ("bf16", "torch", (0x8000, 0x8100), (0x0000, 0x0200), 0.75, 1 << 14),     # dy 0.75: dn / dgate ties
+    ("fp16", "torch", (0x7800, 0x7840), (0x4e00, 0x4fc0), 1.0, 1 << 12),      # gates 24..31: large-gate closed form
+]
+
+
+@pytest.mark.parametrize("case", FUSED_VS_REFERENCE, ids=lambda c: f"{c[0]}-{c[1]}-{c[2][0]:x}-{c[3][0]:x}")
+def test_fused_path_equals_reference_path(case):
+    """The fused per-tile path gives exactly the reference path's histograms, maxima, worst pairs and
+    mismatch / certified / uncertified counts (sums only to rounding: another summation order)."""
+    dtype, impl, xr, gr, dy, chunk = case
+    new = E.run_exhaustive(dtype, impl, "cpu", xr, gr, dy, chunk)
+    ref = E.run_exhaustive(dtype, impl, "cpu", xr, gr, dy, chunk, reference=True)
+    assert new.perf["tiles"] >= 1 and not ref.perf
+    for key in ref.acc:
+        assert _acc_view(new.acc[key]) == _acc_view(ref.acc[key]), key
+        for f in ("sum_ulp", "sum_scaled"):
+            assert getattr(new.acc[key], f) == pytest.approx(getattr(ref.acc[key], f), rel=1e-12, abs=0)
+    assert [r["status"] for r in E.rows(new)] == [r["status"] for r in E.rows(ref)]
+
+
+def test_fused_path_compiled_equals_reference_path():
+    """torch.compile of the tile function (Inductor, CPU) gives the same results bit for bit."""
+    xr, gr = (0x3f80, 0x3fa0), (0x0000, 0x0100)               # y ties at tiny gates, both masks
+    new = E.run_exhaustive("bf16", "torch", "cpu", xr, gr, 0.75, 1 << 12, compile=True)
+    ref = E.run_exhaustive("bf16", "torch", "cpu", xr, gr, 0.75, 1 << 12, reference=True)
+    for key in ref.acc:
+        assert _acc_view(new.acc[key]) == _acc_view(ref.acc[key]), key
+
+
+def test_closed_form_agrees_with_mpmath():
+    """closed_form_golden replaces 50-digit mpmath only where both give the same value."""
+    g = torch.tensor([2.0 ** -60, -2.0 ** -100, 3 * 2.0 ** -125, -2.0 ** -133, 2.0 ** -31, 26.0, 27.5, 31.0],
+                     dtype=torch.float64)
+    x = torch.tensor([1.0078125, -3.0, 2.0 ** -130, 1.5, 1.0 + 2 ** -7, 1.0234375, -1.0078125, 1.5],
+                     dtype=torch.float64)
+    for output, dy in (("y", 1.0), ("dn", 0.75), ("dgate", 0.75)):
+        s = torch.sigmoid(g)
+        v = {"y": x * g * s, "dn": dy * g * s, "dgate": dy * x * s * (1 + g * torch.sigmoid(-g))}[output]
+        ok, gold = E.closed_form_golden(output, x, g, dy, v, BF16)
+        assert ok.all(), output
+        mp = E._mp_golden(output, x.tolist(), g.tolist(), dy, BF16)
+        assert gold.tolist() == mp, output
+    ok, _ = E.closed_form_golden("y", x[:2], torch.tensor([0.25, 5.0], dtype=torch.float64), 1.0, x[:2], BF16)
+    assert not ok.any()                                           # neither tiny nor large: mpmath
+
+
+def test_fused_path_one_sync_per_tile_and_warmup_tiles():
+    res = E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x4000), (0x3f00, 0x4000), 1.0, 1 << 12)
+    # gate block 256 -> 16 x rows a tile, 128 x values: 8 tiles, + 1 sync for dn
+    assert res.perf["tiles"] == 8 and res.perf["syncs"] == 9
+    warm = E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x4000), (0x3f00, 0x4000), 1.0, 1 << 12, max_x_tiles=1)
+    assert warm.perf["tiles"] == 1
