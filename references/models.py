@@ -43,7 +43,7 @@ SILU32_FLUSH = -88.72
 def noise(inp: Inputs) -> dict[str, float]:
     h, t = inp.hidden, inp.tokens
     lh, lt = math.log2(max(h, 1)), math.log2(max(t, 1))
-    return {"n": (6 + lh + math.sqrt(h)) * U32, "dn": 8 * U32, "y": 8 * U32, "dgate": 12 * U32,
+    return {"n": (6 + lh + math.sqrt(h)) * U32, **silugate_noise(),
             "dx": (4 + lh + math.sqrt(h)) * U32, "dweight": (4 + lt + math.sqrt(t)) * U32}
 
 
@@ -168,3 +168,9 @@ def exact_allowance(inp: Inputs, model: str, act: Format) -> dict[str, torch.Ten
 def exact_reference(inp: Inputs) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     values, gauges = exact_outputs(inp)
     return {k: (v, v, gauges[k]) for k, v in values.items()}
+
+
+def silugate_noise() -> dict[str, float]:
+    """The float32 noise of SiLUGate's own outputs (rho_dn, rho_y, rho_dgate above): shape-independent,
+    shared by `noise` and the exhaustive SiLUGate check (harness.exhaustive)."""
+    return {"dn": 8 * U32, "y": 8 * U32, "dgate": 12 * U32}

@@ -9,6 +9,7 @@ import torch
 
 from harness import exhaustive as E
 from harness.cli import main
+from harness.exhaustive import certify as EC, metrics as EM
 from references.formats import fmt_of, ulp
 from reports.schema import COLUMNS
 
@@ -155,7 +156,7 @@ def test_fp16_and_certification_path(monkeypatch):
     v = torch.tensor([1 + 2 ** -8, 1 + 2 ** -8 + 2 ** -40], dtype=torch.float64)
     c = torch.tensor([1.0, 1.0], dtype=torch.bfloat16)
     seen = []
-    monkeypatch.setattr(E, "_mp_golden", lambda output, x, g, dy, fmt: seen.append(g) or [1.0] * len(g))
+    monkeypatch.setattr(EC, "_mp_golden", lambda output, x, g, dy, fmt: seen.append(g) or [1.0] * len(g))
     E.analyse("dn", "normal", c, v, None, c, c, 1.0, BF16, acc, edges, rep_x=torch.tensor([1.0]))
     assert len(seen) == 1 and len(seen[0]) == 1        # only the tie went to mpmath
     assert acc.flagged == 1 and acc.certified == 1 and acc.mismatch == 1
@@ -163,7 +164,7 @@ def test_fp16_and_certification_path(monkeypatch):
 
 def test_compile_toggle_is_eager_by_default_on_cpu():
     E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x3f81), (0x3f80, 0x3f81))
-    assert E._ELEMENTWISE["fn"] is E.elementwise
+    assert EM._ELEMENTWISE["fn"] is E.elementwise
 
 
 def test_near_exact_ties_decided_without_mpmath(monkeypatch):
@@ -180,7 +181,7 @@ def test_near_exact_ties_decided_without_mpmath(monkeypatch):
     ok, _ = E.near_exact_golden("y", x, torch.tensor([1.5, 3.0], dtype=torch.float64), 1.0, x, BF16)
     assert not ok.any()                                           # small gates: left to mpmath
     calls = []
-    monkeypatch.setattr(E, "_mp_golden", lambda *a: calls.append(a) or [])
+    monkeypatch.setattr(EC, "_mp_golden", lambda *a: calls.append(a) or [])
     res = E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x3fa0), (0x4300, 0x4340), dy=0.75)
     assert not calls and res.acc[("y", "normal")].certified > 0
     assert res.acc[("y", "normal")].uncertified == 0
@@ -243,7 +244,7 @@ def test_closed_form_agrees_with_mpmath():
         v = {"y": x * g * s, "dn": dy * g * s, "dgate": dy * x * s * (1 + g * torch.sigmoid(-g))}[output]
         ok, gold = E.closed_form_golden(output, x, g, dy, v, BF16)
         assert ok.all(), output
-        mp = E._mp_golden(output, x.tolist(), g.tolist(), dy, BF16)
+        mp = EC._mp_golden(output, x.tolist(), g.tolist(), dy, BF16)
         assert gold.tolist() == mp, output
     ok, _ = E.closed_form_golden("y", x[:2], torch.tensor([0.25, 5.0], dtype=torch.float64), 1.0, x[:2], BF16)
     assert not ok.any()                                           # neither tiny nor large: mpmath

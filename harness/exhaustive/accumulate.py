@@ -1,0 +1,65 @@
+"""Running statistics of one (output, regime) and the result of a run."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.exhaustive.metrics import TOPK
+
+
+@dataclass
+class Worst:
+    key: float
+    x: float
+    g: float
+    got: float
+    ref: float
+    golden: float
+    ulp: float
+    scaled: float
+
+
+@dataclass
+class Acc:
+    """Running statistics of one (output, regime)."""
+    pairs: int = 0
+    hist_ulp: torch.Tensor | None = None
+    hist_scaled: torch.Tensor | None = None
+    sum_ulp: float = 0.0
+    sum_scaled: float = 0.0
+    max_ulp: float = 0.0
+    max_scaled: float = 0.0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    over: int = 0                  # pairs over budget (in the budget metric)
+    mismatch: int = 0              # computed != correctly rounded golden
+    flagged: int = 0               # float64 undecided (pairs)
+    certified: int = 0
+    uncertified: int = 0
+    nonfinite: int = 0             # NaN / inf where the golden value is finite
+    worst: dict = field(default_factory=lambda: {"ulp": [], "scaled": []})
+
+    def add_worst(self, metric: str, items: list[Worst]):
+        w = self.worst[metric] + items
+        w.sort(key=lambda r: -r.key if not math.isnan(r.key) else -math.inf)
+        self.worst[metric] = w[:TOPK]
+
+
+@dataclass
+class Result:
+    dtype: str
+    impl: str
+    rounding: str
+    device: str
+    x_range: tuple[int, int]
+    gate_range: tuple[int, int]
+    dy: float
+    dy_bits: int
+    n_x: int
+    n_gate: dict
+    acc: dict                   # (output, regime) -> Acc
+    seconds: float
+    case_hash: str
+    perf: dict = field(default_factory=dict)     # counters of the fused path (tiles, syncs, ...)

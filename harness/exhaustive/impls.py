@@ -1,0 +1,55 @@
+"""The implementations under test: SiLUGate alone, (x, gate, dy) -> (y, dn, dgate) in the dtype."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+def torch_autograd(x: torch.Tensor, g: torch.Tensor, dy: torch.Tensor):
+    """The reference path: eager autograd on leaves x, g of the same shape (x plays n)."""
+    x = x.detach().clone().requires_grad_(True)
+    g = g.detach().clone().requires_grad_(True)
+    y = (x.float() * F.silu(g.float())).to(x.dtype)
+    y.backward(dy.expand_as(y).to(x.dtype))
+    return y.detach(), x.grad, g.grad
+
+
+def torch_fast(x: torch.Tensor, g: torch.Tensor, dy: torch.Tensor):
+    """Autograd-free: the same ATen kernels autograd runs, per gate where nothing depends on x.
+
+    x: [bx], g: [bg], dy: 0-dim, all in the dtype. Returns y [bx, bg], dn [bg], dgate [bx, bg].
+    MulBackward gives grad*other (commutative, so the same float32 products); SiLU's backward is
+    aten.silu_backward(grad, input), called here on the same (broadcast) values."""
+    dt = x.dtype
+    gf = g.float()
+    s = F.silu(gf)
+    xf = x.float()
+    dyf = dy.float()
+    y = (xf[:, None] * s[None, :]).to(dt)
+    dn = (dyf * s).to(dt)
+    grad = (dyf * xf)[:, None].expand(x.numel(), g.numel())
+    dgate = torch.ops.aten.silu_backward(grad, gf[None, :].expand(x.numel(), g.numel())).to(dt)
+    return y, dn, dgate
+
+
+def mutant_silu_lowp(x: torch.Tensor, g: torch.Tensor, dy: torch.Tensor):
+    """Mutant: SiLU (and its derivative) rounded to the dtype before the products."""
+    dt = x.dtype
+    gf = g.float()
+    s = F.silu(gf).to(dt).float()
+    ds = torch.ops.aten.silu_backward(torch.ones_like(gf), gf).to(dt).float()
+    xf = x.float()
+    dyf = dy.float()
+    y = (xf[:, None] * s[None, :]).to(dt)
+    dn = (dyf * s).to(dt)
+    dgate = ((dyf * xf)[:, None] * ds[None, :]).to(dt)
+    return y, dn, dgate
+
+
+IMPLS: dict[str, tuple[str, Callable]] = {
+    "torch": ("chain", torch_fast),
+    "torch-fused": ("fused", torch_fast),       # SiLUGate alone: the same computation
+    "mutant-silu-lowp": ("chain", mutant_silu_lowp),
+}
