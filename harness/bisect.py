@@ -19,7 +19,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from harness.errors import UsageError
 
@@ -71,24 +73,25 @@ def map_harness_exit(rc: int) -> int:
 
 
 def run_step(worktree: Path, impl: str, cases: str, device: str, results_root: Path,
-             build: str | None = None, prefix: str = "") -> int:
-    """Judge the commit checked out in `worktree`; results go to results_root/<sha>/."""
+             build: str | None = None, prefix: str = "", log: Callable[[str], None] | None = None) -> int:
+    """Judge the commit checked out in `worktree`; results go to results_root/<sha>/. The verdict
+    line goes to `log` when given."""
     sha = _git(worktree, "rev-parse", "HEAD").stdout.strip()
     out = Path(results_root) / sha
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     cwd = Path(worktree) / prefix if prefix else Path(worktree)
-    log = out / "step.log"
+    step_log = out / "step.log"
     # No __pycache__ in the worktree: stray files there could block the next checkout.
     env = _clean_env({"PYTHONDONTWRITEBYTECODE": "1"})
     env["PYTHONPATH"] = os.pathsep.join([str(cwd)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    with open(log, "w") as fh:
+    with open(step_log, "w") as fh:
         if build:
             b = subprocess.run(build, shell=True, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
             if b.returncode != 0:
                 code, why = SKIP, f"--build exited {b.returncode}"
-                _note(out, sha, code, why)
+                _note(out, sha, code, why, log)
                 return code
         fh.flush()
         r = subprocess.run([sys.executable, "-m", "harness", "run", "--impl", impl, "--cases", cases,
@@ -100,10 +103,10 @@ def run_step(worktree: Path, impl: str, cases: str, device: str, results_root: P
         # exit 1 from error rows alone (the plug-in raised): not "over budget", untestable
         code, why = SKIP, why + " (error rows only: the implementation raised)"
     if r.returncode == 2:                    # say why it was skipped: the usage error's one line
-        lines = [ln for ln in log.read_text().splitlines() if ln.startswith("harness: error:")]
+        lines = [ln for ln in step_log.read_text().splitlines() if ln.startswith("harness: error:")]
         if lines:
             why += f" ({lines[-1][len('harness: error: '):]})"
-    _note(out, sha, code, why)
+    _note(out, sha, code, why, log)
     return code
 
 
@@ -118,21 +121,28 @@ def _only_errors(results: Path) -> bool:
     return len(bad) > 0 and bool((bad == "error").all())
 
 
-def _note(out: Path, sha: str, code: int, why: str) -> None:
+def _note(out: Path, sha: str, code: int, why: str, log: Callable[[str], None] | None) -> None:
     verdict = {GOOD: "good", BAD: "bad", SKIP: "skip", ABORT: "abort"}[code]
     (out / "verdict").write_text(f"{verdict}\n{why}\n")
-    print(f"bisect: {sha[:12]} {verdict}: {why}", file=sys.stderr, flush=True)
+    if log is not None:
+        log(f"bisect: {sha[:12]} {verdict}: {why}")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def step_main(argv: list[str] | None = None) -> int:
+    """Entry point of the per-commit process (`python -m harness.bisect --step`): its own CLI, so
+    it owns its stderr and exit code (git bisect run's)."""
     a = _step_parser().parse_args(argv)
     try:
         return run_step(_toplevel(Path.cwd()), a.impl, a.cases, a.device, Path(a.results),
-                        a.build, a.prefix)
+                        a.build, a.prefix, log=_stderr)
     except KeyboardInterrupt:
         return ABORT
     except Exception as e:                   # never report a harness crash as a bad commit
-        print(f"bisect: step failed: {type(e).__name__}: {e}", file=sys.stderr)
+        _stderr(f"bisect: step failed: {type(e).__name__}: {e}")
         return ABORT
 
 
@@ -143,28 +153,27 @@ def _toplevel(path: Path) -> Path:
 # ---------------------------------------------------------------------------------------------
 # The command.
 
-def _validate(args):
+def _validate(repo_arg: str, good_rev: str, bad_rev: str, impl: str, cases: str):
     from harness.impls.registry import _SPEC
-    repo = Path(args.repo)
+    repo = Path(repo_arg)
     if not repo.is_dir():
-        raise UsageError(f"bisect: {args.repo}: not a directory")
+        raise UsageError(f"bisect: {repo_arg}: not a directory")
     p = _git(repo, "rev-parse", "--git-dir", check=False)
     if p.returncode != 0:
-        raise UsageError(f"bisect: {args.repo}: not a git repository")
+        raise UsageError(f"bisect: {repo_arg}: not a git repository")
     inside = _git(repo, "rev-parse", "--is-inside-work-tree", check=False).stdout.strip() == "true"
     prefix = _git(repo, "rev-parse", "--show-prefix").stdout.strip() if inside else ""
     shas = {}
-    for what, rev in (("GOOD", args.good), ("BAD", args.bad)):
+    for what, rev in (("GOOD", good_rev), ("BAD", bad_rev)):
         r = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
         if r.returncode != 0:
-            raise UsageError(f"bisect: {what} {rev!r}: not a commit of {args.repo}")
+            raise UsageError(f"bisect: {what} {rev!r}: not a commit of {repo_arg}")
         shas[what] = r.stdout.strip()
     if shas["GOOD"] == shas["BAD"]:
         raise UsageError(f"bisect: GOOD and BAD are the same commit ({shas['GOOD'][:12]})")
-    if not _SPEC.match(args.impl):
-        raise UsageError(f"bisect: --impl {args.impl!r}: expected NAME=MODULE:ATTR (a plug-in imported "
+    if not _SPEC.match(impl):
+        raise UsageError(f"bisect: --impl {impl!r}: expected NAME=MODULE:ATTR (a plug-in imported "
                          f"from REPO's work tree)")
-    cases = args.cases
     from cases.suite import load_suite, resolve_suite_path
     path = resolve_suite_path(cases)         # UsageError for a missing file / unknown suite
     load_suite(cases)                        # ... and for a malformed one, before any commit runs
@@ -188,19 +197,19 @@ def _fmt_num(v: str) -> str:
         return v or "-"
 
 
-def _print_failures(results_dir: Path) -> None:
-    rows = _failures(results_dir)
+def format_failures(rows: list[dict]) -> str:
+    """The failing rows of one commit's results, one entry each (with its reason)."""
     if not rows:
-        print("  (no failing rows recorded)")
-        return
-    print(f"failing checks ({len(rows)}):")
+        return "  (no failing rows recorded)"
+    lines = [f"failing checks ({len(rows)}):"]
     for r in rows:
-        print(f"  [{r.get('status')}] {r.get('impl')} {r.get('label') or r.get('case_id')}: "
-              f"output={r.get('output')} reference={r.get('reference')} "
-              f"max_ulp={_fmt_num(r.get('max_ulp'))} max_scaled_err={_fmt_num(r.get('max_scaled_err'))} "
-              f"budget={_fmt_num(r.get('budget'))}")
+        lines.append(f"  [{r.get('status')}] {r.get('impl')} {r.get('label') or r.get('case_id')}: "
+                     f"output={r.get('output')} reference={r.get('reference')} "
+                     f"max_ulp={_fmt_num(r.get('max_ulp'))} max_scaled_err={_fmt_num(r.get('max_scaled_err'))} "
+                     f"budget={_fmt_num(r.get('budget'))}")
         if r.get("reason"):
-            print(f"      {r['reason']}")
+            lines.append(f"      {r['reason']}")
+    return "\n".join(lines)
 
 
 def _verdict_of(results_root: Path, sha: str) -> str:
@@ -208,15 +217,16 @@ def _verdict_of(results_root: Path, sha: str) -> str:
     return f.read_text().splitlines()[1] if f.is_file() else ""
 
 
-def _bisect_run(wt: Path, step_cmd: list[str]) -> str:
-    """`git bisect run`, its output streamed to stderr as it comes and returned for parsing."""
+def _bisect_run(wt: Path, step_cmd: list[str], log: Callable[[str], None] | None = None) -> str:
+    """`git bisect run`, its output streamed to `log` line by line as it comes and returned for parsing."""
     p = subprocess.Popen(["git", "-C", str(wt), "bisect", "run", *step_cmd], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, env=_clean_env())
     out = []
     try:
         for line in p.stdout:
             out.append(line)
-            sys.stderr.write(line)
+            if log is not None:
+                log(line.rstrip("\n"))
         p.wait()
     finally:
         if p.poll() is None:                 # interrupted: do not leave git bisect running
@@ -235,70 +245,109 @@ def _cleanup(repo: Path, wt: Path, tmp: Path) -> None:
     _git(repo, "worktree", "prune", check=False)
 
 
-def bisect(args) -> int:
-    repo, good, bad, prefix, cases = _validate(args)
+@dataclass
+class Bisection:
+    """What `bisect` found. outcome: "found" (first_bad is set), "good-is-bad", "good-untestable",
+    "bad-is-good", "bad-untestable" (end points; verdict is that end point's step code and why its
+    reason), or "ambiguous" (no single first bad commit)."""
+    outcome: str
+    good_rev: str
+    bad_rev: str
+    good: str
+    bad: str
+    verdict: int | None = None
+    why: str = ""
+    first_bad: str = ""
+    subject: str = ""
+    skipped: list[tuple[str, str]] = field(default_factory=list)    # (sha, why)
+    only_skipped_left: bool = False
+    candidates: list[str] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)    # failing rows at the first bad (or GOOD)
+
+    @property
+    def aborted(self) -> bool:
+        return self.verdict == ABORT
+
+
+def format_bisection(b: Bisection) -> str:
+    lines = []
+    if b.outcome == "good-is-bad":
+        lines.append(f"bisect: GOOD {b.good_rev} ({b.good[:12]}) is already over budget; "
+                     f"no first bad commit in {b.good_rev}..{b.bad_rev}")
+        lines.append(format_failures(b.failures))
+    elif b.outcome == "good-untestable":
+        lines.append(f"bisect: GOOD {b.good_rev} ({b.good[:12]}) cannot be tested: {b.why}")
+    elif b.outcome == "bad-is-good":
+        lines.append(f"bisect: BAD {b.bad_rev} ({b.bad[:12]}) is within budget; nothing to bisect")
+    elif b.outcome == "bad-untestable":
+        lines.append(f"bisect: BAD {b.bad_rev} ({b.bad[:12]}) cannot be tested: {b.why}")
+    elif b.outcome == "ambiguous":
+        lines.append("bisect: no single first bad commit found")
+        if b.only_skipped_left:
+            lines.append("  the first bad commit could be any of (untestable commits in between):")
+            lines += [f"    {c}" for c in b.candidates]
+        lines += [f"  skipped {c}: {why}" for c, why in b.skipped]
+    else:
+        lines.append(f"first bad commit: {b.first_bad}")
+        if b.subject:
+            lines.append(f"  {b.subject}")
+        lines += [f"  skipped {c[:12]}: {why}" for c, why in b.skipped]
+        lines.append(format_failures(b.failures))
+    return "\n".join(lines)
+
+
+def bisect(repo: str, good_rev: str, bad_rev: str, impl: str, cases: str, device: str = "cpu",
+           build: str | None = None, log: Callable[[str], None] | None = None) -> Bisection:
+    """Bisect REPO between GOOD_REV and BAD_REV in a temporary worktree (removed on every way
+    out); step verdicts and git bisect's output stream to `log` as they come."""
+    repo_dir, good, bad, prefix, cases = _validate(repo, good_rev, bad_rev, impl, cases)
     tmp = Path(tempfile.mkdtemp(prefix="harness-bisect-"))
     wt, results = tmp / "worktree", tmp / "results"
-    step_cmd = [sys.executable, "-m", "harness.bisect", "--step", "--impl", args.impl, "--cases", cases,
-                "--device", args.device, "--results", str(results)]
+    step_cmd = [sys.executable, "-m", "harness.bisect", "--step", "--impl", impl, "--cases", cases,
+                "--device", device, "--results", str(results)]
     if prefix:
         step_cmd += ["--prefix", prefix]
-    if args.build:
-        step_cmd += ["--build", args.build]
+    if build:
+        step_cmd += ["--build", build]
+    found = dict(good_rev=good_rev, bad_rev=bad_rev, good=good, bad=bad)
     try:
-        w = _git(repo, "worktree", "add", "--detach", str(wt), good, check=False)
+        w = _git(repo_dir, "worktree", "add", "--detach", str(wt), good, check=False)
         if w.returncode != 0:                # e.g. a read-only repository: the user's to fix
             why = (w.stderr.strip().splitlines() or ["git worktree add failed"])[-1]
-            raise UsageError(f"bisect: cannot add a worktree to {args.repo}: {why}")
+            raise UsageError(f"bisect: cannot add a worktree to {repo}: {why}")
 
         # The end points first: bisecting between two good (or two bad) commits says nothing.
-        g = run_step(wt, args.impl, cases, args.device, results, args.build, prefix)
+        g = run_step(wt, impl, cases, device, results, build, prefix, log)
         if g != GOOD:
             why = _verdict_of(results, good)
             if g == BAD:
-                print(f"bisect: GOOD {args.good} ({good[:12]}) is already over budget; "
-                      f"no first bad commit in {args.good}..{args.bad}")
-                _print_failures(results / good)
-            else:
-                print(f"bisect: GOOD {args.good} ({good[:12]}) cannot be tested: {why}")
-            return 1 if g != ABORT else 130
+                return Bisection("good-is-bad", **found, verdict=g, why=why,
+                                 failures=_failures(results / good))
+            return Bisection("good-untestable", **found, verdict=g, why=why)
         _git(wt, "checkout", "--quiet", "--detach", bad)
-        b = run_step(wt, args.impl, cases, args.device, results, args.build, prefix)
+        b = run_step(wt, impl, cases, device, results, build, prefix, log)
         if b != BAD:
             why = _verdict_of(results, bad)
-            if b == GOOD:
-                print(f"bisect: BAD {args.bad} ({bad[:12]}) is within budget; nothing to bisect")
-            else:
-                print(f"bisect: BAD {args.bad} ({bad[:12]}) cannot be tested: {why}")
-            return 1 if b != ABORT else 130
+            return Bisection("bad-is-good" if b == GOOD else "bad-untestable", **found, verdict=b, why=why)
 
         _git(wt, "bisect", "start", bad, good, "--")
-        output = _bisect_run(wt, step_cmd)
-        log = _git(wt, "bisect", "log", check=False).stdout
-        skipped = re.findall(r"^# skip: \[([0-9a-f]{40})\]", log, re.M)
+        output = _bisect_run(wt, step_cmd, log)
+        blog = _git(wt, "bisect", "log", check=False).stdout
+        skipped = [(c, _verdict_of(results, c))
+                   for c in re.findall(r"^# skip: \[([0-9a-f]{40})\]", blog, re.M)]
 
         m = _FIRST_BAD.search(output)
         if not m:
-            print("bisect: no single first bad commit found")
-            if "only 'skip'ped commits left" in output:
-                cands = re.findall(r"^([0-9a-f]{40})$", output, re.M)
-                print("  the first bad commit could be any of (untestable commits in between):")
-                for c in cands:
-                    print(f"    {c}")
-            for c in skipped:
-                print(f"  skipped {c}: {_verdict_of(results, c)}")
-            return 1
+            only = "only 'skip'ped commits left" in output
+            cands = re.findall(r"^([0-9a-f]{40})$", output, re.M) if only else []
+            return Bisection("ambiguous", **found, skipped=skipped, only_skipped_left=only,
+                             candidates=cands)
         first = m.group(1)
-        subject = _git(repo, "log", "-1", "--format=%s", first, check=False).stdout.strip()
-        print(f"first bad commit: {first}")
-        if subject:
-            print(f"  {subject}")
-        for c in skipped:
-            print(f"  skipped {c[:12]}: {_verdict_of(results, c)}")
-        _print_failures(results / first)
-        return 0
+        subject = _git(repo_dir, "log", "-1", "--format=%s", first, check=False).stdout.strip()
+        return Bisection("found", **found, first_bad=first, subject=subject, skipped=skipped,
+                         failures=_failures(results / first))
     finally:
-        _cleanup(repo, wt, tmp)
+        _cleanup(repo_dir, wt, tmp)
 
 
 if __name__ == "__main__":

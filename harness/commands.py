@@ -23,6 +23,11 @@ def _check_available(impls, device: str) -> None:
             raise UsageError(f"--impl {impl.name}: {reason}")
 
 
+def _stderr(line: str) -> None:
+    """The `log` callback the library streams progress lines through while long work runs."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _env(device: str) -> dict:
     from harness.environment import environment
     return environment(device)
@@ -79,8 +84,9 @@ def cmd_run(args) -> int:
         if ignored:
             raise UsageError(f"--cases hypothesis: {ignored[0]} does not apply to an exploration")
         from harness.explore import explore
-        return explore(impls, specs, device, args.max_examples, args.seed, out_dir, overrides,
-                       args.budgets or "")
+        e = explore(impls, specs, device, args.max_examples, args.seed, out_dir, overrides,
+                    args.budgets or "", log=_stderr)
+        return print_exploration(e)
 
     from cases.suite import load_suite
     suite = load_suite(args.cases)
@@ -110,6 +116,15 @@ def cmd_run(args) -> int:
         write_junit(df, Path(args.junit))
     print(f"harness: wrote {out_dir / 'results.csv'}" + ("" if args.no_report else f" and {out_dir / 'report.html'}"))
     return code
+
+
+def print_exploration(e) -> int:
+    """Print a hypothesis exploration's outcome; exit 1 if it found a failing case, else 0."""
+    from harness.explore import format_exploration
+    if e.note:
+        print(e.note, file=sys.stderr)
+    print(format_exploration(e))
+    return EXIT_FAIL if e.falsified else EXIT_OK
 
 
 def _parse_shard(s):
@@ -182,8 +197,15 @@ def cmd_report(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from harness.replay import replay
-    return replay(args)
+    from harness.replay import format_counts, format_replay, replay, write_replay_results
+    budgets = getattr(args, "budgets", None)
+    r = replay(args.case_id, args.impl, args.cases, args.device, getattr(args, "top", 5), budgets)
+    print(format_replay(r))
+    if getattr(args, "out", None):
+        f = write_replay_results(r, args.out, args.impl, args.cases)
+        print(f"harness: wrote {f}", file=sys.stderr)
+    print(format_counts(r))
+    return EXIT_FAIL if any(row["status"] != "pass" for row in r.rows) else EXIT_OK
 
 
 def cmd_budgets(args) -> int:
@@ -209,13 +231,25 @@ def cmd_budgets(args) -> int:
 
 
 def cmd_selftest(args) -> int:
-    from harness.selftest import selftest
-    return selftest(args)
+    from harness.selftest import format_selftest, format_selftest_summary, selftest
+    s = selftest(args.cases, args.device, args.out)
+    if s.report:
+        print(format_selftest(s))
+    print(format_selftest_summary(s), file=sys.stderr)
+    return EXIT_OK if s.ok else EXIT_FAIL
+
+
+EXIT_INTERRUPTED = 130      # a bisect step was aborted (interrupted), as for Ctrl-C in harness.cli
 
 
 def cmd_bisect(args) -> int:
-    from harness.bisect import bisect
-    return bisect(args)
+    from harness.bisect import bisect, format_bisection
+    b = bisect(args.repo, args.good, args.bad, args.impl, args.cases, args.device, args.build,
+               log=_stderr)
+    print(format_bisection(b))
+    if b.outcome == "found":
+        return EXIT_OK
+    return EXIT_INTERRUPTED if b.aborted else EXIT_FAIL
 
 
 def cmd_exhaustive(args) -> int:

@@ -2,14 +2,15 @@
 
 Hypothesis draws cases (cases.strategies), every implementation runs each exactly as in a sweep
 (harness.runner.case_rows), and any check that is not `pass` falsifies the property. Hypothesis then
-shrinks to a minimal failing case, which is printed as a `[[case]]` suite entry (paste it into a
-suite file to keep it as a regression case) with the reasons its checks failed; its rows go to
-OUT/results.csv (from which `harness replay ID --cases OUT` rebuilds it).
-Exit 0: no failure in max_examples cases; 1: a failure was found."""
+shrinks to a minimal failing case; `format_exploration` renders it as a `[[case]]` suite entry
+(paste it into a suite file to keep it as a regression case) with the reasons its checks failed; its
+rows go to OUT/results.csv (from which `harness replay ID --cases OUT` rebuilds it).
+harness.commands maps the result to exit 0 (no failure in max_examples cases) or 1 (a failure)."""
 from __future__ import annotations
 
-import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -26,8 +27,41 @@ class _Falsified(AssertionError):
     pass
 
 
+@dataclass
+class Exploration:
+    max_examples: int
+    distinct: int                       # distinct cases evaluated
+    results: Path | None                # OUT/results.csv if written
+    case: Case | None = None            # the minimal failing case; None: no failure found
+    bad: list[dict] = field(default_factory=list)     # its rows that are not `pass`
+    note: str = ""                      # how hypothesis ended, when not with the property's own failure
+
+    @property
+    def falsified(self) -> bool:
+        return self.case is not None
+
+
+def format_exploration(e: Exploration) -> str:
+    if not e.falsified:
+        lines = [f"harness: no failure in {e.distinct} distinct cases ({e.max_examples} examples asked for)"]
+        if e.results is not None:
+            lines.append(f"harness: wrote {e.results}")
+        return "\n".join(lines)
+    case = e.case
+    lines = [f"harness: falsified after {e.distinct} distinct cases; minimal failing case "
+             f"{case.case_id} [{case.regime}] {case.label}",
+             "# paste into a suite file:",
+             case.to_toml(),
+             f"# {len(e.bad)} check(s) not passing:"]
+    for r in e.bad:
+        lines.append(f"#   {r['status'].upper():5s} {r['impl']} {r['output']} vs {r['reference']}: {r.get('reason', '')}")
+    lines.append(f"# replay: {e.bad[0].get('replay', '')}")
+    lines.append(f"harness: wrote {e.results}")
+    return "\n".join(lines)
+
+
 def explore(impls, specs, device, max_examples, seed, out_dir, overrides=(), budgets_path="",
-            strategy=None, quiet: bool = False) -> int:
+            strategy=None, log: Callable[[str], None] | None = None) -> Exploration:
     from hypothesis import HealthCheck, Phase, Verbosity, given
     from hypothesis import seed as hseed
     from hypothesis import settings
@@ -71,10 +105,9 @@ def explore(impls, specs, device, max_examples, seed, out_dir, overrides=(), bud
                     suppress_health_check=list(HealthCheck))(test)
     test = hseed(seed)(test)
 
-    if not quiet:
-        print(f"harness: hypothesis exploration, {max_examples} examples, seed {seed}, "
-              f"{len(cfg.impls)} implementation(s) [{', '.join(i.name for i in cfg.impls)}] on {device}",
-              file=sys.stderr)
+    if log is not None:
+        log(f"harness: hypothesis exploration, {max_examples} examples, seed {seed}, "
+            f"{len(cfg.impls)} implementation(s) [{', '.join(i.name for i in cfg.impls)}] on {device}")
     try:
         test()
     except Exception as e:                        # the shrunk failure (or a harness crash)
@@ -82,29 +115,18 @@ def explore(impls, specs, device, max_examples, seed, out_dir, overrides=(), bud
         from hypothesis.errors import HypothesisException
         if cid is None or not isinstance(e, (AssertionError, HypothesisException, BaseExceptionGroup)):
             raise                                 # a harness bug is a traceback, never a "case"
+        note = ""
         if not isinstance(e, AssertionError):
-            print(f"harness: hypothesis ended with {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                  file=sys.stderr)
+            note = (f"harness: hypothesis ended with {type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}")
         case = failing[cid]
         rows = memo[cid]
         write_results(results, pd.DataFrame(rows))
         bad = [r for r in rows if r.get("status") != "pass"]
-        print(f"harness: falsified after {len(memo)} distinct cases; minimal failing case "
-              f"{case.case_id} [{case.regime}] {case.label}")
-        print("# paste into a suite file:")
-        print(case.to_toml())
-        print(f"# {len(bad)} check(s) not passing:")
-        for r in bad:
-            print(f"#   {r['status'].upper():5s} {r['impl']} {r['output']} vs {r['reference']}: {r.get('reason', '')}")
-        print(f"# replay: {bad[0].get('replay', '')}")
-        print(f"harness: wrote {results}")
-        return 1
+        return Exploration(max_examples, len(memo), results, case, bad, note)
     all_rows = [r for rows in memo.values() for r in rows]
     if all_rows:
         write_results(results, pd.DataFrame(all_rows))
     elif results.exists():
         results.unlink()
-    print(f"harness: no failure in {len(memo)} distinct cases ({max_examples} examples asked for)")
-    if all_rows:
-        print(f"harness: wrote {results}")
-    return 0
+    return Exploration(max_examples, len(memo), results if all_rows else None)

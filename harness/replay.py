@@ -2,12 +2,12 @@
 for one implementation and show, per output and reference, the worst elements down to the bit.
 
 The case comes from a suite (by id) or is rebuilt from a results.csv row (every Case field is a
-column there); a rebuilt case must hash back to the id asked for. Exit codes like `run`:
-0 within budget, 1 over budget or errored, 2 usage or input error (a UsageError)."""
+column there); a rebuilt case must hash back to the id asked for. `replay` returns the data;
+harness.commands.cmd_replay prints it and maps it to exit codes like `run`: 0 within budget,
+1 over budget or errored, 2 usage or input error (a UsageError)."""
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,34 +208,43 @@ def format_replay(r: Replay) -> str:
     return "\n".join(lines)
 
 
-def replay(args) -> int:
+def replay(case_id: str, impl_spec: str, cases: str, device: str = "auto", top: int = 5,
+           budgets: str | None = None) -> Replay:
+    """Validate the arguments (UsageError naming the bad one), find the case and rerun it."""
     from harness.impls.registry import resolve
-    from harness.runner import replay_command, resolve_device
+    from harness.runner import resolve_device
 
-    device = resolve_device(args.device)
+    device = resolve_device(device)
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device available")
-    top = getattr(args, "top", 5)
     if top is None or top < 0:
         raise UsageError(f"--top {top}: must be >= 0")
-    impl = resolve(args.impl)
+    impl = resolve(impl_spec)
     reason = impl.skip_reason(device)
     if reason:
         raise UsageError(f"--impl {impl.name}: {reason}")
-    case = find_case(args.case_id, args.cases)
-    budgets = getattr(args, "budgets", None)
+    case = find_case(case_id, cases)
     from harness.budgets import load_budget_file
     overrides = load_budget_file(budgets) if budgets else []
-    r = run_case(case, impl, device, top, overrides, budgets or "")
-    print(format_replay(r))
-    if getattr(args, "out", None):
-        from reports.results_io import write_results
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        cmd = replay_command(case, args.impl, args.cases)
-        write_results(out / "results.csv", pd.DataFrame([{**row, "replay": cmd} for row in r.rows]))
-        print(f"harness: wrote {out / 'results.csv'}", file=sys.stderr)
-    bad = [row for row in r.rows if row["status"] != "pass"]
-    counts = {s: sum(row["status"] == s for row in r.rows) for s in ("pass", "fail", "error")}
-    print(f"harness: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error")
-    return 1 if bad else 0
+    return run_case(case, impl, device, top, overrides, budgets or "")
+
+
+def write_replay_results(r: Replay, out_dir, impl_spec: str, cases: str) -> Path:
+    """Write the replayed rows (each with its replay command) to OUT_DIR/results.csv; returns the path."""
+    from harness.runner import replay_command
+    from reports.results_io import write_results
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = replay_command(r.case, impl_spec, cases)
+    f = out / "results.csv"
+    write_results(f, pd.DataFrame([{**row, "replay": cmd} for row in r.rows]))
+    return f
+
+
+def status_counts(r: Replay) -> dict[str, int]:
+    return {s: sum(row["status"] == s for row in r.rows) for s in ("pass", "fail", "error")}
+
+
+def format_counts(r: Replay) -> str:
+    counts = status_counts(r)
+    return f"harness: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error"

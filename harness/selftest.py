@@ -2,7 +2,7 @@
 caught by the suite, and every correct CPU built-in must pass it."""
 from __future__ import annotations
 
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -40,16 +40,35 @@ def run_selftest(suite: str, device: str, out: Path, mutants=None, correct=CORRE
     return report
 
 
-def selftest(args) -> int:
-    device = resolve_device(args.device)
-    report = run_selftest(args.cases, device, Path(args.out))
-    failed = 0
-    for name, (kind, ok, detail, bug) in report.items():
+@dataclass
+class Selftest:
+    """run_selftest's report: name -> (kind, as_expected, detail, bug)."""
+    report: dict[str, tuple[str, bool, str, str]]
+
+    @property
+    def failed(self) -> list[str]:
+        return [name for name, (_, ok, _, _) in self.report.items() if not ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def selftest(suite: str, device: str, out) -> Selftest:
+    return Selftest(run_selftest(suite, resolve_device(device), Path(out)))
+
+
+def format_selftest(s: Selftest) -> str:
+    """One verdict line and one detail line per implementation."""
+    lines = []
+    for name, (kind, ok, detail, bug) in s.report.items():
         verdict = ("PASS " if ok else "FAIL ") + ("passes" if kind == "correct" else "caught")
         if not ok:
-            failed += 1
             verdict = "FAIL " + ("flagged a correct implementation" if kind == "correct" else "NOT caught")
-        print(f"{verdict:40s} {name:30s} {bug}")
-        print(f"{'':40s} {detail}")
-    print(f"selftest: {len(report) - failed}/{len(report)} as expected", file=sys.stderr)
-    return 0 if failed == 0 else 1
+        lines.append(f"{verdict:40s} {name:30s} {bug}")
+        lines.append(f"{'':40s} {detail}")
+    return "\n".join(lines)
+
+
+def format_selftest_summary(s: Selftest) -> str:
+    return f"selftest: {len(s.report) - len(s.failed)}/{len(s.report)} as expected"
