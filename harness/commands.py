@@ -86,7 +86,17 @@ def cmd_run(args) -> int:
         from harness.explore import explore
         e = explore(impls, specs, device, args.max_examples, args.seed, out_dir, overrides,
                     args.budgets or "", log=_stderr)
-        return print_exploration(e)
+        code = print_exploration(e)
+        results = out_dir / "results.csv"
+        if results.exists():                       # the same files as any run: summary + report
+            from reports.results_io import read_results
+            df = read_results(results)
+            if args.no_report:
+                from reports.summary import summarize
+                summarize(df).to_csv(out_dir / "summary.csv", index=False)
+            else:
+                _render(out_dir, df, None, code, device, f"hypothesis seed {args.seed}: {', '.join(specs)}")
+        return code
 
     from cases.suite import load_suite
     suite = load_suite(args.cases)

@@ -291,3 +291,14 @@ def test_merge_refuses_overlapping_and_interrupted_shards(capsys, tmp_path, suit
     cut.mkdir()
     (cut / "results.csv").write_text("".join(lines[:-3]))
     assert_usage(*run(capsys, "merge", str(cut), "--out", str(tmp_path / "m2"))[::2])
+
+
+def test_hypothesis_run_writes_results_summary_and_report(capsys, tmp_path):
+    out = tmp_path / "h"
+    code, _, _ = run(capsys, "run", "--impl", "torch", "--cases", "hypothesis", "--max-examples", "3",
+                     "--seed", "5", "--device", "cpu", "--out", str(out))
+    assert code == 0
+    for f in ("results.csv", "summary.csv", "report.html"):
+        assert (out / f).stat().st_size > 0, f
+    assert_usage(*run(capsys, "run", "--impl", "torch", "--cases", "hypothesis", "--resume",
+                      "--out", str(out))[::2])
