@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from harness.cli import EXIT_FAIL, EXIT_OK, _parse_shard
 from harness.errors import UsageError
 
 
@@ -36,6 +36,16 @@ def _env(device: str) -> dict:
 def _render(out_dir: Path, df: pd.DataFrame, baseline, exit_code: int, device: str, title: str) -> None:
     from reports.html import write_all
     write_all(out_dir, df, baseline=baseline, env=_env(device), exit_code=exit_code, title=title)
+
+
+def _write_outputs(out_dir: Path, df, baseline, exit_code: int, device: str, title: str,
+                   no_report: bool) -> None:
+    """summary.csv always; report.html unless --no-report."""
+    if no_report:
+        from reports.summary import summarize
+        summarize(df).to_csv(out_dir / "summary.csv", index=False)
+    else:
+        _render(out_dir, df, baseline, exit_code, device, title)
 
 
 def _load_baseline(path: str | None):
@@ -90,12 +100,8 @@ def cmd_run(args) -> int:
         results = out_dir / "results.csv"
         if results.exists():                       # the same files as any run: summary + report
             from reports.results_io import read_results
-            df = read_results(results)
-            if args.no_report:
-                from reports.summary import summarize
-                summarize(df).to_csv(out_dir / "summary.csv", index=False)
-            else:
-                _render(out_dir, df, None, code, device, f"hypothesis seed {args.seed}: {', '.join(specs)}")
+            _write_outputs(out_dir, read_results(results), None, code, device,
+                           f"hypothesis seed {args.seed}: {', '.join(specs)}", args.no_report)
         return code
 
     from cases.suite import load_suite
@@ -116,11 +122,7 @@ def cmd_run(args) -> int:
     print(summary_table(df))
     for ln in lines:
         print(ln)
-    if args.no_report:
-        from reports.summary import summarize
-        summarize(df).to_csv(out_dir / "summary.csv", index=False)
-    else:
-        _render(out_dir, df, baseline, code, device, f"{suite.name}: {', '.join(specs)}")
+    _write_outputs(out_dir, df, baseline, code, device, f"{suite.name}: {', '.join(specs)}", args.no_report)
     if args.junit:
         from reports.junit import write_junit
         write_junit(df, Path(args.junit))
@@ -135,11 +137,6 @@ def print_exploration(e) -> int:
         print(e.note, file=sys.stderr)
     print(format_exploration(e))
     return EXIT_FAIL if e.falsified else EXIT_OK
-
-
-def _parse_shard(s):
-    from harness.cli import _parse_shard as p
-    return p(s)
 
 
 def cmd_cases(args) -> int:

@@ -135,11 +135,10 @@ def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override
     """Run one case for one implementation exactly as the sweep does, then keep the `top` worst
     elements of every (output, reference) check."""
     from cases.generate import act_format, generate
-    from harness.analysis.check import REFERENCES, _hex, check, out_format_name, worst_inputs
+    from harness.analysis.check import _hex, check, out_format_name, worst_inputs
     from harness.analysis.metrics import element_errors
     from harness.execute import run_impl
     from references.bundle import build
-    from references.exact import OUTPUTS
     from references.formats import fmt_of
 
     act = act_format(case, impl.act_follows)

@@ -23,10 +23,6 @@ class CaseReferences:
     allowances: dict[tuple[str, str], dict] = field(default_factory=dict)
     mp_rows: dict = field(default_factory=dict)      # mpmath rows shared by every certification
 
-    def exact(self, output: str):
-        v = self.values[output]
-        return v, v, self.gauges[output]
-
     def exact_for(self, model: str, act: Format, output: str):
         """The exact value widened by the absolute underflow allowance of `model` (models.exact_allowance)."""
         key = (model, act.name)

@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from references.exact import Inputs, exact_outputs, norm_parts, rmsnorm_backward, \
+from references.exact import Inputs, norm_parts, rmsnorm_backward, \
     rmsnorm_backward_gauge, silu_parts
 from references.formats import Format, round_to
 
@@ -163,12 +163,6 @@ def exact_allowance(inp: Inputs, model: str, act: Format) -> dict[str, torch.Ten
     dx, dweight = rmsnorm_backward_gauge(dn_floor, g, r, xhat)
     dx_floor, dw_floor = backward_floors(x, g, r)
     return {"y": y, "dgate": dgate, "dx": dx + dx_floor, "dweight": dweight + dw_floor}
-
-
-def exact_reference(inp: Inputs) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    values, gauges = exact_outputs(inp)
-    return {k: (v, v, gauges[k]) for k, v in values.items()}
-
 
 def silugate_noise() -> dict[str, float]:
     """The float32 noise of SiLUGate's own outputs (rho_dn, rho_y, rho_dgate above): shape-independent,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Sequence

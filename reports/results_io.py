@@ -3,6 +3,7 @@ loses at most the pair in flight; `--resume` drops a torn tail and any incomplet
 from __future__ import annotations
 
 import csv
+import io
 import os
 from pathlib import Path
 
@@ -21,17 +22,14 @@ def _fmt(v):
 
 def append_rows(path: Path, rows: list[dict]) -> None:
     new = not path.exists() or path.stat().st_size == 0
-    lines = []
-    import io
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
     if new:
         w.writeheader()
     for r in rows:
         w.writerow({k: _fmt(r.get(k, "")) for k in COLUMNS})
-    lines.append(buf.getvalue())
     with open(path, "a", newline="") as f:      # one write per pair, then flushed to disk
-        f.write("".join(lines))
+        f.write(buf.getvalue())
         f.flush()
         os.fsync(f.fileno())
 

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import torch
 
+from harness.exhaustive.enumerate import REGIMES, case_hash
 from harness.exhaustive.metrics import TOPK
 
 
@@ -63,3 +65,28 @@ class Result:
     seconds: float
     case_hash: str
     perf: dict = field(default_factory=dict)     # counters of the fused path (tiles, syncs, ...)
+
+
+class Ticker:
+    """Progress lines at most every 2 s (and at the end) for both run paths."""
+
+    def __init__(self, total: int, progress):
+        self.total, self.progress, self.done = total, progress, 0
+        self.t0 = self.last = time.perf_counter()
+
+    def add(self, pairs: int) -> None:
+        self.done += pairs
+        now = time.perf_counter()
+        if self.progress and (now - self.last > 2.0 or self.done == self.total):
+            self.progress(f"exhaustive: {self.done / self.total:6.1%} {self.done:.3g}/{self.total:.3g} pairs, "
+                          f"{self.done / max(now - self.t0, 1e-9):.3g} pairs/s")
+            self.last = now
+
+    def result(self, su, dtype, impl, dev, x_range, gate_range, dy_v, n_x, acc, perf=None) -> "Result":
+        """Stop the clock (after the device finishes) and package the run."""
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        return Result(dtype, impl, su.rounding, str(dev.type), tuple(x_range), tuple(gate_range), dy_v,
+                      su.dy_bits, n_x, {r: su.gsets[r].numel() for r in REGIMES}, acc,
+                      time.perf_counter() - self.t0, case_hash(dtype, x_range, gate_range, su.dy_bits),
+                      perf if perf is not None else {})

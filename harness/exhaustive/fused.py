@@ -27,16 +27,15 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from harness.exhaustive import certify
-from harness.exhaustive.accumulate import Acc, Result, Worst
+from harness.exhaustive.accumulate import Acc, Result, Ticker, Worst
 from harness.exhaustive.certify import MP_CAP, closed_form_golden, near_exact_golden
-from harness.exhaustive.enumerate import OUTPUTS, REGIMES, case_hash, gate_blocks, pad_rows, setup
+from harness.exhaustive.enumerate import OUTPUTS, REGIMES, gate_blocks, pad_rows, setup
 from harness.exhaustive.metrics import _EXP_MASK, EDGES, F64_BOUND, METRIC, TOPK, budget_for, elementwise, \
     kernel_args, use_compile
 from references.formats import Format, round_to
@@ -277,9 +276,7 @@ def run_fused(dtype: str, impl: str = "torch", device: str = "cpu", x_range=(0, 
     acc = {(o, r): Acc() for o in OUTPUTS for r in REGIMES}
     perf = {"tiles": 0, "syncs": 0}
     n_x = xs.numel()
-    total = n_x * su.n_gates
-    done = 0
-    t0 = last = time.perf_counter()
+    tick = Ticker(n_x * su.n_gates, progress)
     chunk = max(int(chunk), 1)
     rep_x = xs[:1].double()
     for regime in REGIMES:
@@ -338,15 +335,5 @@ def run_fused(dtype: str, impl: str = "torch", device: str = "cpu", x_range=(0, 
                         perf["cand_tiles"] = perf.get("cand_tiles", 0) + 1
                         _certify_tile(output, cmask, c_low, side, dy_v, fmt, a, 1, perf)
                     _worst_tile(output, a, s_o, c_low, side, fmt, perf)
-                done += nb * gb.numel()
-                now = time.perf_counter()
-                if progress and (now - last > 2.0 or done == total):
-                    progress(f"exhaustive: {done / total:6.1%} {done:.3g}/{total:.3g} pairs, "
-                             f"{done / max(now - t0, 1e-9):.3g} pairs/s")
-                    last = now
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    secs = time.perf_counter() - t0
-    return Result(dtype, impl, su.rounding, str(dev.type), tuple(x_range), tuple(gate_range), dy_v, su.dy_bits,
-                  xs.numel(), {r: su.gsets[r].numel() for r in REGIMES}, acc, secs,
-                  case_hash(dtype, x_range, gate_range, su.dy_bits), perf)
+                tick.add(nb * gb.numel())
+    return tick.result(su, dtype, impl, dev, x_range, gate_range, dy_v, xs.numel(), acc, perf)

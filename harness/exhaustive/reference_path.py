@@ -4,15 +4,14 @@ change it only together with harness.exhaustive.fused."""
 from __future__ import annotations
 
 import sys
-import time
 from typing import Callable
 
 import torch
 
 from harness.exhaustive import certify
-from harness.exhaustive.accumulate import Acc, Result, Worst
+from harness.exhaustive.accumulate import Acc, Result, Ticker, Worst
 from harness.exhaustive.certify import MP_CAP, near_exact_golden
-from harness.exhaustive.enumerate import OUTPUTS, REGIMES, case_hash, gate_blocks, setup
+from harness.exhaustive.enumerate import OUTPUTS, REGIMES, gate_blocks, setup
 from harness.exhaustive.metrics import EDGES, F64_BOUND, METRIC, TOPK, _ELEMENTWISE, budget_for, elementwise, \
     kernel_args, use_compile
 from references.formats import Format, round_to
@@ -136,9 +135,7 @@ def run_reference_path(dtype: str, impl: str = "torch", device: str = "cpu", x_r
     acc = {(o, r): Acc() for o in OUTPUTS for r in REGIMES}
     x64 = xs.double()
     dyx_abs = (dy_v * x64).abs()                         # exact in float64
-    total = xs.numel() * su.n_gates
-    done = 0
-    t0 = last = time.perf_counter()
+    tick = Ticker(xs.numel() * su.n_gates, progress)
     chunk = max(int(chunk), 1)
     rep_x = xs[:1].double().cpu()
     for regime in REGIMES:
@@ -158,15 +155,5 @@ def run_reference_path(dtype: str, impl: str = "torch", device: str = "cpu", x_r
                 analyse("dgate", regime, dgate, (dy_v * xbd)[:, None] * D[None, :],
                         dyx_abs[x0:x0 + bx][:, None] * DA[None, :], xb, gb, dy_v, fmt,
                         acc[("dgate", regime)], edges)
-                done += xb.numel() * gb.numel()
-                now = time.perf_counter()
-                if progress and (now - last > 2.0 or done == total):
-                    progress(f"exhaustive: {done / total:6.1%} {done:.3g}/{total:.3g} pairs, "
-                             f"{done / max(now - t0, 1e-9):.3g} pairs/s")
-                    last = now
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    secs = time.perf_counter() - t0
-    return Result(dtype, impl, su.rounding, str(dev.type), tuple(x_range), tuple(gate_range), dy_v, su.dy_bits,
-                  xs.numel(), {r: su.gsets[r].numel() for r in REGIMES}, acc, secs,
-                  case_hash(dtype, x_range, gate_range, su.dy_bits))
+                tick.add(xb.numel() * gb.numel())
+    return tick.result(su, dtype, impl, dev, x_range, gate_range, dy_v, xs.numel(), acc)

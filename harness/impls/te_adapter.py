@@ -6,7 +6,6 @@ TE cannot be installed on the CI machines: the adapter is exercised against a st
 API shape in tests, and reports exactly why it is unavailable otherwise."""
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from harness.impls.base import Implementation
