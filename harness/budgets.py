@@ -215,6 +215,6 @@ def derivation_table(hidden: int = 4096, tokens: int = 4096) -> str:
         "rho_dgate = 12, rho_dx = 4 + log2 H + sqrt H, rho_dw = 4 + log2 T + sqrt T.",
         "metric: ulp = |c - ref| / ulp(ref); scaled = |c - ref| / (u_o * gauge + min_subnormal/2).",
         "extreme regime: x large/tiny/subnormal, gates saturating/underflow, or eps >= 0.1. "
-        f"Overrides: --budgets FILE. See docs/budgets.md.",
+        "Overrides: --budgets FILE. See docs/budgets.md.",
     ]
     return "\n".join(lines)
