@@ -49,16 +49,16 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     v = values[output]
     bound = float64_error_bound(inp)[output] * gauges[output]
     golden = round_to(v, fmt)
-    if v.is_cuda:
-        from references.fast import undecided_fast       # same mask, one fused pass
-        mask = undecided_fast(v, bound, fmt)
+    from references.fast import undecided_fast, worth_fusing
+    if worth_fusing(v):
+        mask = undecided_fast(v, bound, fmt)             # the same mask, one fused pass
     else:
         mask = undecided(v, bound, fmt)
     flat = mask.reshape(-1).nonzero().reshape(-1).cpu().tolist()
     flagged = len(flat)
     if output == "dweight" and flagged and inp.x.numel() > mp_dweight_limit:
         return Certified(golden, v, flagged, 0, flagged)
-    todo = flat if output == "dweight" else _within_row_budget(flat, inp.hidden, row_elements, row_cache)
+    todo = flat if output == "dweight" else _within_row_budget(flat, inp.hidden, row_elements, row_cache, output)
     t0 = time.perf_counter()
     if todo:
         exact = mp.values(inp.to("cpu"), output, todo, dps, cache=row_cache)
@@ -68,13 +68,24 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     return Certified(golden, v, flagged, len(todo), flagged - len(todo), time.perf_counter() - t0)
 
 
-def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cache: dict | None) -> list[int]:
-    """The undecided elements of as many rows as the budget allows, rows already computed first."""
+def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cache: dict | None,
+                       output: str = "dx") -> list[int]:
+    """The undecided elements of as many rows as the budget allows, rows already computed first.
+
+    Cost model (references.mp.values): dx needs its row's c, one exp per element of the row, so a
+    row costs `hidden`; y, dn, dgate need one exp per requested element plus the row's sum of
+    squares (~1/16 of an exp an element)."""
     rows: dict[int, list[int]] = {}
     for k in flat:
         rows.setdefault(k // hidden, []).append(k)
-    cached = set(row_cache or ())
+    cached = mp.cached_rows(row_cache or {}, need_c=output == "dx")
     order = sorted(rows, key=lambda r: (r not in cached, r))
-    budget = max(1, row_elements // max(hidden, 1))
-    chosen = [r for r in order if r in cached] + [r for r in order if r not in cached][:budget]
+    chosen, spent = [], 0
+    for r in order:
+        cost = 0 if r in cached else (hidden if output == "dx" else -(-hidden // 16))
+        cost += 0 if output == "dx" else len(rows[r])
+        if chosen and spent + cost > row_elements:
+            continue
+        chosen.append(r)
+        spent += cost
     return sorted(k for r in chosen for k in rows[r])

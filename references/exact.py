@@ -80,6 +80,31 @@ def rmsnorm_backward_gauge(dn_abs: torch.Tensor, g, r, xhat):
     return dx_g, dw_g
 
 
+def intermediates(inp: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """n = xhat * g and dn = dy * silu(gate) in float64 (the same operations as exact_outputs)."""
+    _, g, _, xhat = norm_parts(inp)
+    t = _f64(inp.gate)
+    return xhat * g, _f64(inp.dy) * silu_parts(t)[1]
+
+
+class Derived(dict):
+    """A dict whose missing entries are computed on first use by the functions given by name."""
+
+    def __init__(self, data: dict, **make):
+        super().__init__(data)
+        self._make = make
+
+    def __missing__(self, key):
+        if key not in self._make:
+            raise KeyError(key)
+        value = self[key] = self._make.pop(key)()
+        return value
+
+    def pending(self) -> tuple:
+        """Names not computed yet."""
+        return tuple(self._make)
+
+
 def exact_outputs(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Exact (float64) values and gauges of y, dx, dgate, dweight, plus the intermediates n, dn."""
     x, g, r, xhat = norm_parts(inp)

@@ -21,12 +21,21 @@ import warnings
 
 import torch
 
-from references.exact import Inputs, exact_outputs
+from references.exact import Derived, Inputs, exact_outputs, intermediates
 from references.formats import Format
+
+# Below this many elements the eager float64 passes take milliseconds on a GPU while a compile
+# (per shape, dtypes, eps) takes seconds: a sweep of many shapes uses eager, big cases fuse.
+FUSED_MIN_ELEMENTS = 1 << 24
 
 _COMPILED: dict = {}
 _FAILED: set = set()
 _WARNED: set = set()
+
+
+def worth_fusing(t: torch.Tensor) -> bool:
+    """Whether the fused (compiled) pass pays for its compile on this tensor: CUDA and big."""
+    return t.is_cuda and t.numel() >= FUSED_MIN_ELEMENTS
 
 
 def _warn_once(what: str, err: BaseException) -> None:
@@ -78,7 +87,8 @@ def _outputs_body(x_in, gate_in, w_in, dy_in, eps: float, zc: bool):
     y = n * silu
     dgate = dy * n * dsilu
     dgate_g = (dy * n).abs() * dsilu_abs
-    return n, dn, y, dgate, dx, dweight, n.abs(), dn_abs, y.abs(), dgate_g, dx_g, dw_g
+    # n, dn and the |.| gauges are not written: 5 full-size float64 arrays instead of 10
+    return y, dgate, dx, dweight, dgate_g, dx_g, dw_g
 
 
 def _inductor_options() -> dict:
@@ -112,17 +122,19 @@ def _compiled_outputs(key):
 
 
 def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """references.exact.exact_outputs through torch.compile: a row-reduction pass, one fused
-    elementwise pass writing every value and gauge, and the dweight column sums."""
+    """references.exact.exact_outputs through torch.compile: one pass per row writing the values
+    of y, dx, dgate and the gauges of dx and dgate, and the dweight column sums. The rest (n, dn,
+    the |value| gauges of y, n, dn) is computed eagerly on first use (exact.Derived)."""
     if inp.x.numel() == 0:
         return exact_outputs(inp)
     key = _key(inp)
     if key not in _FAILED:
         try:
-            n, dn, y, dgate, dx, dw, n_g, dn_g, y_g, dgate_g, dx_g, dw_g = _compiled_outputs(key)(
-                inp.x, inp.gate, inp.weight, inp.dy)
-            values = {"n": n, "dn": dn, "y": y, "dgate": dgate, "dx": dx, "dweight": dw}
-            gauges = {"n": n_g, "dn": dn_g, "y": y_g, "dgate": dgate_g, "dx": dx_g, "dweight": dw_g}
+            y, dgate, dx, dw, dgate_g, dx_g, dw_g = _compiled_outputs(key)(inp.x, inp.gate, inp.weight, inp.dy)
+            values = Derived({"y": y, "dgate": dgate, "dx": dx, "dweight": dw},
+                             n=lambda: intermediates(inp)[0], dn=lambda: intermediates(inp)[1])
+            gauges = Derived({"dgate": dgate_g, "dx": dx_g, "dweight": dw_g}, y=lambda: values["y"].abs(),
+                             n=lambda: values["n"].abs(), dn=lambda: values["dn"].abs())
             return values, gauges
         except Exception as err:     # compiler missing, backend error, ...: eager from now on
             _FAILED.add(key)

@@ -46,26 +46,96 @@ def row(inp: Inputs, index: int, dps: int = DEFAULT_DPS) -> dict[str, list]:
         }
 
 
+def _row_parts(inp: Inputs, index: int, need_c: bool) -> dict:
+    """The per-row pieces `element` needs: inputs as mpf, r = rsqrt(mean(x^2) + eps) and, for dx
+    only, c = mean(dxhat * xhat) (every element's exp: the expensive part). Same operations, in
+    the same order, as `row` (so the values are the same mpf)."""
+    hsz = inp.hidden
+    x = _mp(inp.x.reshape(-1, hsz)[index])
+    w = _mp(inp.weight)
+    parts = {"x": x, "t": _mp(inp.gate.reshape(-1, hsz)[index]), "dy": _mp(inp.dy.reshape(-1, hsz)[index]),
+             "g": [wi + 1 for wi in w] if inp.zero_centered_gamma else w,
+             "r": 1 / mpmath.sqrt(mpmath.fsum(xi * xi for xi in x) / hsz + mpmath.mpf(inp.eps))}
+    if need_c:
+        full = _full_row(parts, hsz)
+        parts["c"] = full["c"]
+    return parts
+
+
+def _full_row(p: dict, hsz: int) -> dict:
+    r, x, t, dy, g = p["r"], p["x"], p["t"], p["dy"], p["g"]
+    xhat = [xi * r for xi in x]
+    s = [1 / (1 + mpmath.exp(-ti)) for ti in t]
+    silu = [ti * si for ti, si in zip(t, s)]
+    dn = [a * b for a, b in zip(dy, silu)]
+    dxhat = [a * b for a, b in zip(dn, g)]
+    return {"c": mpmath.fsum(a * b for a, b in zip(dxhat, xhat)) / hsz}
+
+
+def _element(p: dict, output: str, j: int):
+    """One element of n, y, dn, dgate or dx from its row's pieces (the formulas of `row`)."""
+    r, xj, tj, dyj, gj = p["r"], p["x"][j], p["t"][j], p["dy"][j], p["g"][j]
+    xhat = xj * r
+    if output == "n":
+        return xhat * gj
+    s = 1 / (1 + mpmath.exp(-tj))
+    silu = tj * s
+    dn = dyj * silu
+    if output == "dn":
+        return dn
+    n = xhat * gj
+    if output == "y":
+        return n * silu
+    if output == "dgate":
+        return dyj * n * (s * (1 + tj * (1 - s)))
+    if output == "dx":
+        return r * (dn * gj - xhat * p["c"])
+    raise ValueError(f"unknown output {output!r}")
+
+
 def values(inp: Inputs, output: str, flat_indices: Sequence[int], dps: int = DEFAULT_DPS,
            cache: dict | None = None) -> list:
     """mpf values of `output` at the given flat element indices.
 
-    Rows are the unit of work (every element needs its row's mean of squares); `cache` (row index
-    -> row()) lets several outputs of one case share them. dweight[j] sums over every row, so it
-    costs a full pass over the case; callers cap it."""
+    Work per row: r (a sum of squares) always; c = mean(dxhat * xhat) (one exp per element of the
+    row) only for dx; then one exp per requested element. `cache` (row index -> pieces) lets the
+    outputs of one case share rows. dweight[j] sums over every row, so it costs a full pass over
+    the case (every element's exp); callers cap it."""
     hsz = inp.hidden
-    out = {}
     cache = {} if cache is None else cache
     with mpmath.workdps(dps):
         if output == "dweight":
-            rows = [cache.setdefault(i, row(inp, i, dps))["dweight_terms"] for i in range(inp.tokens)]
+            rows = [_cached_full(cache, inp, i, dps)["dweight_terms"] for i in range(inp.tokens)]
             return [mpmath.fsum(rw[j] for rw in rows) for j in flat_indices]
+        out = []
         for k in flat_indices:
             i, j = divmod(int(k), hsz)
-            if i not in cache:
-                cache[i] = row(inp, i, dps)
-            out[k] = cache[i][output][j]
-        return [out[k] for k in flat_indices]
+            full = cache.get(("full", i, dps))
+            if full is not None:
+                out.append(full[output][j])
+                continue
+            key = ("parts", i, dps)
+            p = cache.get(key)
+            if p is None or (output == "dx" and "c" not in p):
+                p = cache[key] = _row_parts(inp, i, need_c=output == "dx")
+            out.append(_element(p, output, j))
+        return out
+
+
+def cached_rows(cache: dict, need_c: bool = False) -> set[int]:
+    """Row indices whose pieces `values` can reuse from `cache` (for dx: those that hold c)."""
+    rows = set()
+    for key, val in cache.items():
+        if key[0] == "full" or (key[0] == "parts" and (not need_c or "c" in val)):
+            rows.add(key[1])
+    return rows
+
+
+def _cached_full(cache: dict, inp: Inputs, i: int, dps: int) -> dict:
+    key = ("full", i, dps)
+    if key not in cache:
+        cache[key] = row(inp, i, dps)
+    return cache[key]
 
 
 def all_values(inp: Inputs, dps: int = DEFAULT_DPS) -> dict[str, torch.Tensor]:

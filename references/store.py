@@ -255,8 +255,8 @@ def refs_to(refs: CaseReferences, device) -> CaseReferences:
             return obj.to(device)
         if isinstance(obj, tuple):
             return tuple(mv(o) for o in obj)
-        if isinstance(obj, dict):
-            return {k: mv(v) for k, v in obj.items()}
+        if isinstance(obj, dict):          # (a Derived dict: its pending entries too)
+            return {k: mv(obj[k]) for k in (*obj.keys(), *getattr(obj, "pending", tuple)())}
         return obj
 
     golden = {k: Certified(c.golden.to(device), c.value64.to(device), c.flagged, c.certified,

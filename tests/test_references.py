@@ -97,3 +97,23 @@ def test_chain_interval_holds_both_candidates_near_a_boundary():
     n_lo, n_hi, _ = model_reference(inp, "chain", fmt_of("bf16"))["n"]
     assert n_lo[0].item() == 0.75 + 2 ** -8 and n_hi[0].item() == 0.75 + 2 * 2 ** -8
     assert n_lo[1].item() == n_hi[1].item() == 1.0
+
+
+@pytest.mark.parametrize("zc", [False, True])
+def test_mp_values_per_element_equal_the_full_row(zc):
+    """mp.values computes only what an element needs (r; c for dx); the mpf values must be the
+    very same as the full-row computation, with and without a cache shared between outputs."""
+    inp = make_inputs((3, 7), zc=zc, seed=5)
+    rows = [mp.row(inp, i) for i in range(3)]
+    cache: dict = {}
+    for output in ("n", "y", "dn", "dgate", "dx", "dweight"):
+        idx = [0, 5, 8, 13, 20] if output != "dweight" else [0, 3, 6]
+        for c in (None, cache):
+            got = mp.values(inp, output, idx, cache=c)
+            if output == "dweight":
+                with mpmath.workdps(mp.DEFAULT_DPS):
+                    want = [mpmath.fsum(rw["dweight_terms"][j] for rw in rows) for j in idx]
+            else:
+                want = [rows[k // 7][output][k % 7] for k in idx]
+            assert got == want, output
+    assert mp.cached_rows(cache, need_c=True) == {0, 1, 2}

@@ -322,3 +322,23 @@ def test_runner_uses_store(tmp_path):
     strip = lambda rs: [sorted((k, repr(v)) for k, v in r.items()) for r in rs]   # NaN-safe
     assert all(r["status"] == "pass" for r in rows), [r.get("reason") for r in rows]
     assert strip(rows) == strip(rows2) == strip(rows3)
+
+
+def test_refs_to_moves_the_pending_entries_of_derived_dicts():
+    """The fused reference leaves n, dn and some gauges to be computed on first use
+    (exact.Derived); a copy to another device must carry them, computed."""
+    from references.bundle import CaseReferences
+    from references.exact import Derived, exact_outputs
+    from references.store import refs_to
+    from tests.conftest import make_inputs
+    inp = make_inputs((2, 8))
+    v, g = exact_outputs(inp)
+    values = Derived({k: v[k] for k in ("y", "dx", "dgate", "dweight")}, n=lambda: v["n"], dn=lambda: v["dn"])
+    gauges = Derived({k: g[k] for k in ("dx", "dgate", "dweight")}, y=lambda: values["y"].abs(),
+                     n=lambda: g["n"], dn=lambda: g["dn"])
+    assert values.pending() == ("n", "dn")
+    moved = refs_to(CaseReferences(inp, values, gauges), "cpu")
+    assert set(moved.values) == set(v) and set(moved.gauges) == set(g)
+    assert torch.equal(moved.gauges["y"], v["y"].abs()) and torch.equal(moved.values["dn"], v["dn"])
+    with pytest.raises(KeyError):
+        values["nope"]

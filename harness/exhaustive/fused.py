@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -295,7 +296,10 @@ def run_fused(dtype: str, impl: str = "torch", device: str = "cpu", x_range=(0, 
                     break
                 xb = xs[x0:x0 + BX]
                 nb = xb.numel()
+                t0 = time.perf_counter()
                 y, dn, dgate = fn(xb, gb, dy_t)
+                t1 = time.perf_counter()
+                perf["s_impl_launch"] = perf.get("s_impl_launch", 0.0) + t1 - t0
                 if not dn_done:                          # per gate, stands for every x value
                     side = _Side(rep_x, gb, dy_t.double().reshape(1), S, None, None, one_d=True)
                     st, cand = _stats_body(dn.reshape(1, -1), side.xm, S, None, None, **_consts("dn", regime, fmt))
@@ -320,7 +324,11 @@ def run_fused(dtype: str, impl: str = "torch", device: str = "cpu", x_range=(0, 
                     use_compile(False)
                     tile = _tile_fn(fmt, regime, False)
                     stats, cand_y, cand_g = tile(*args)
+                t2 = time.perf_counter()
                 st = stats.tolist()                      # the tile's one sync
+                t3 = time.perf_counter()
+                perf["s_dn_tile_launch"] = perf.get("s_dn_tile_launch", 0.0) + t2 - t1
+                perf["s_sync"] = perf.get("s_sync", 0.0) + t3 - t2
                 perf["syncs"] += 1
                 perf["tiles"] += 1
                 for output, off, c_low, cmask in (("y", 0, y, cand_y), ("dgate", _S_LEN, dgate, cand_g)):
@@ -334,6 +342,11 @@ def run_fused(dtype: str, impl: str = "torch", device: str = "cpu", x_range=(0, 
                     if s_o[_S_CAND]:
                         perf["cand_tiles"] = perf.get("cand_tiles", 0) + 1
                         _certify_tile(output, cmask, c_low, side, dy_v, fmt, a, 1, perf)
+                    t4 = time.perf_counter()
                     _worst_tile(output, a, s_o, c_low, side, fmt, perf)
+                    t5 = time.perf_counter()
+                    perf["s_certify"] = perf.get("s_certify", 0.0) + t4 - t3
+                    perf["s_worst"] = perf.get("s_worst", 0.0) + t5 - t4
+                    t3 = t5
                 tick.add(nb * gb.numel())
     return tick.result(su, dtype, impl, dev, x_range, gate_range, dy_v, xs.numel(), acc, perf)
