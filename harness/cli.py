@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--junit", help="also write JUnit XML here")
     r.add_argument("--resume", action="store_true", help="skip finished case x impl pairs in --out")
     r.add_argument("--shard", help="K/N: run a deterministic 1/N of the cases")
+    r.add_argument("--jobs", type=int, default=1,
+                   help="N worker processes (shards K/N merged here): compiles and autotuning in parallel")
     r.add_argument("--max-examples", type=int, default=50, help="hypothesis: examples to try")
     r.add_argument("--seed", type=int, default=0, help="hypothesis: seed")
     r.add_argument("--no-report", action="store_true", help="skip report.html (results.csv only)")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.cli import EXIT_FAIL, EXIT_OK, _parse_shard
+from harness.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, _parse_shard
 from harness.errors import UsageError
 
 
@@ -46,6 +46,13 @@ def _write_outputs(out_dir: Path, df, baseline, exit_code: int, device: str, tit
         summarize(df).to_csv(out_dir / "summary.csv", index=False)
     else:
         _render(out_dir, df, baseline, exit_code, device, title)
+
+
+def _write_timings(out_dir: Path, timings: dict[str, float], impl_names: list[str]) -> None:
+    """timing.csv (stage, seconds) and one line on stderr: where the sweep's time went."""
+    from harness.runner import timing_line
+    pd.DataFrame(sorted(timings.items()), columns=["stage", "seconds"]).to_csv(out_dir / "timing.csv", index=False)
+    print(timing_line(timings, impl_names), file=sys.stderr)
 
 
 def _load_baseline(path: str | None):
@@ -89,7 +96,7 @@ def cmd_run(args) -> int:
     specs = {i.name: s for i, s in zip(impls, args.impl)}
 
     if args.cases == "hypothesis":
-        ignored = [f for f, v in (("--resume", args.resume), ("--shard", args.shard),
+        ignored = [f for f, v in (("--resume", args.resume), ("--shard", args.shard), ("--jobs", args.jobs > 1),
                                   ("--baseline", args.baseline), ("--junit", args.junit)) if v]
         if ignored:
             raise UsageError(f"--cases hypothesis: {ignored[0]} does not apply to an exploration")
@@ -107,13 +114,22 @@ def cmd_run(args) -> int:
     from cases.suite import load_suite
     suite = load_suite(args.cases)
     cases = list(suite.cases)
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: need at least 1")
+    if args.jobs > 1 and args.shard:
+        raise UsageError("--jobs shards the cases itself: drop --shard (or run shards yourself and `harness merge`)")
     if args.shard:
         cases = shard(cases, *_parse_shard(args.shard))
     cfg = SweepConfig(impls, cases, device, out_dir, specs, args.cases, overrides, args.budgets or "",
                       resume=args.resume, golden_dir=Path(args.golden) if args.golden else None)
     print(f"harness: {len(cases)} cases x {len(impls)} implementation(s) "
           f"[{', '.join(f'{i.name} ({i.rounding})' for i in impls)}] on {device}", file=sys.stderr)
-    df = run_sweep(cfg)
+    if args.jobs > 1:
+        from harness.jobs import run_jobs
+        df, timings, failed_jobs = run_jobs(args, device, cases, impls, out_dir, log=_stderr)
+    else:
+        df, timings, failed_jobs = run_sweep(cfg), cfg.timings, []
+    _write_timings(out_dir, timings, [i.name for i in impls])
     if baseline is not None:
         df = apply_baseline(df, baseline)
         from reports.results_io import write_results
@@ -127,6 +143,9 @@ def cmd_run(args) -> int:
         from reports.junit import write_junit
         write_junit(df, Path(args.junit))
     print(f"harness: wrote {out_dir / 'results.csv'}" + ("" if args.no_report else f" and {out_dir / 'report.html'}"))
+    if failed_jobs:                                  # an incomplete sweep is an error, whatever passed
+        print(f"harness: error: {len(failed_jobs)} job(s) did not finish", file=sys.stderr)
+        return EXIT_USAGE
     return code
 
 

@@ -36,6 +36,22 @@ class SweepConfig:
     resume: bool = False
     progress: bool | None = None        # None: a bar on a terminal, plain lines otherwise
     golden_dir: Path | None = None      # golden store (references/store.py); None: always rebuild
+    timings: dict[str, float] = field(default_factory=dict)   # stage -> seconds, filled by the sweep
+
+
+def add_time(timings: dict[str, float], stage: str, seconds: float) -> None:
+    timings[stage] = timings.get(stage, 0.0) + seconds
+
+
+def timing_line(timings: dict[str, float], impl_names: list[str]) -> str:
+    """One line: where a sweep's time went (impl:NAME stages include compiles and autotuning)."""
+    impl = {n: timings.get(f"impl:{n}", 0.0) for n in impl_names}
+    parts = [f"{timings.get('wall', 0.0):.1f} s",
+             f"references {timings.get('references', 0.0):.1f} s",
+             f"implementations {sum(impl.values()):.1f} s (" + ", ".join(f"{n} {t:.1f}" for n, t in impl.items()) + ")",
+             f"analysis {timings.get('analysis', 0.0):.1f} s (mpmath {timings.get('mpmath', 0.0):.1f} s)"]
+    jobs = int(timings.get("jobs", 1))
+    return "harness: time " + ", ".join(parts) + (f" (stages summed over {jobs} jobs)" if jobs > 1 else "")
 
 
 def resolve_device(device: str) -> str:
@@ -62,10 +78,12 @@ def case_rows(case: Case, cfg: SweepConfig, todo: list[Implementation]) -> list[
     """Rows for each implementation in `todo`, one list per implementation."""
     by_act: dict[str, tuple] = {}
     out = []
+    tm = cfg.timings
     for impl in todo:
         act = act_format(case, impl.act_follows)
         try:
             if act.name not in by_act:
+                t0 = time.perf_counter()
                 inp = generate(case, impl.act_follows).to(cfg.device)
                 if cfg.golden_dir is None:
                     refs = build(inp)                      # float64 references on the same device
@@ -73,9 +91,16 @@ def case_rows(case: Case, cfg: SweepConfig, todo: list[Implementation]) -> list[
                     from references.store import cached_build, refs_to
                     refs = refs_to(cached_build(inp.to("cpu"), case.params(), cfg.golden_dir), cfg.device)
                 by_act[act.name] = (inp, refs)
+                add_time(tm, "references", time.perf_counter() - t0)
             inp, refs = by_act[act.name]
+            t0 = time.perf_counter()
             outcome = run_impl(impl, inp, act.dtype, cfg.device)
+            t1 = time.perf_counter()
+            mp0 = sum(c.mp_seconds for c in refs.golden.values())
             rows = check(case, impl, cfg.device, refs, outcome, cfg.overrides, cfg.override_path)
+            add_time(tm, f"impl:{impl.name}", t1 - t0)
+            add_time(tm, "analysis", time.perf_counter() - t1)     # certification included
+            add_time(tm, "mpmath", sum(c.mp_seconds for c in refs.golden.values()) - mp0)
         except torch.cuda.OutOfMemoryError as e:
             rows = error_rows(case, impl, cfg.device, act.name, f"out of memory: {e}")
         replay = replay_command(case, cfg.impl_specs.get(impl.name, impl.name), cfg.suite_ref,
@@ -106,6 +131,7 @@ def run_sweep(cfg: SweepConfig, on_pair: Callable[[list[dict]], None] | None = N
                 on_pair(rows)
             bar.step(f"{impl.name} {case.label}", rows)
     bar.close(time.time() - t0)
+    add_time(cfg.timings, "wall", time.time() - t0)
     return read_results(path) if path.exists() else pd.DataFrame()
 
 

@@ -1,10 +1,10 @@
 """Fused (torch.compile) versions of the float64 reference work: `exact_outputs_fused` and
 `undecided_fast`.
 
-Same formulas, same operation order as references.exact / references.certify, so results agree
-with the eager ones to within `float64_error_bound * gauge` (Inductor may sum the row means and
-the dweight column in another order, and may contract a*b+c into an FMA; pointwise values that do
-not depend on a reduction are bit-identical in practice). Compiled once per (shape, dtypes,
+The same closed forms as references.exact (sigmoid(t) and sigmoid(-t) from one shared exp), so
+results agree with the eager ones to within `float64_error_bound * gauge`, which allows a few
+ulps for each transcendental (Inductor may also sum the row means and the dweight column in
+another order, and contract a*b+c into an FMA). Used for big tensors on CUDA (worth_fusing). Compiled once per (shape, dtypes,
 device, eps, zero_centred); if compilation or the compiled call fails, a warning is issued once and
 the eager implementation is used from then on for that key.
 
@@ -49,7 +49,8 @@ def _raise_recompile_limit(n: int = 256) -> None:
     """Each shape/dtype is its own graph (dynamic=False); don't let Dynamo's default limit of 8
     silently fall back to eager after a few shapes."""
     cfg = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit"):
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                 "accumulated_cache_size_limit"):
         if hasattr(cfg, name) and getattr(cfg, name) < n:
             setattr(cfg, name, n)
 
@@ -57,7 +58,8 @@ def _raise_recompile_limit(n: int = 256) -> None:
 # ---------------------------------------------------------------------------------- exact outputs
 
 def _outputs_body(x_in, gate_in, w_in, dy_in, eps: float, zc: bool):
-    """references.exact.exact_outputs, written as one graph (same ops, same order)."""
+    """references.exact.exact_outputs, written as one graph (same formulas; the two sigmoids share
+    one exp)."""
     f64 = torch.float64
     x = x_in.to(f64)
     w = w_in.to(f64)
@@ -66,8 +68,14 @@ def _outputs_body(x_in, gate_in, w_in, dy_in, eps: float, zc: bool):
     xhat = x * r
     t = gate_in.to(f64)
     dy = dy_in.to(f64)
-    s = torch.sigmoid(t)
-    one_minus_s = torch.sigmoid(-t)
+    # sigmoid(t) and sigmoid(-t) from one exp and one division (float64 exp and division dominate
+    # the arithmetic): e = exp(-|t|) <= 1, d = 1/(1+e); each is d or e*d, a few ulps as before
+    e = torch.exp(-t.abs())
+    d = 1 / (1 + e)
+    ed = e * d
+    pos = t >= 0
+    s = torch.where(pos, d, ed)
+    one_minus_s = torch.where(pos, ed, d)
     silu = t * s
     dsilu = s * (1 + t * one_minus_s)
     dsilu_abs = s * (1 + t.abs() * one_minus_s)

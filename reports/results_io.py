@@ -42,6 +42,10 @@ TEXT_COLUMNS = ("case_id", "impl", "rounding", "device", "dtype", "gate_dtype", 
 REQUIRED = ("case_id", "impl", "output", "reference", "status")
 
 
+# Counts: blank on some rows (e.g. model rows carry no certification counts), integers elsewhere.
+INT_COLUMNS = ("cr_mismatch", "certified", "uncertified", "count_over", "n_elements", "hidden", "tokens", "seed")
+
+
 def read_results(path: Path) -> pd.DataFrame:
     """The one reader of results.csv; a missing, empty or foreign file is the user's error."""
     from harness.errors import UsageError
@@ -77,6 +81,10 @@ def repair_for_resume(path: Path, rows_per_pair: int) -> set[tuple[str, str]]:
 def write_results(path: Path, df: pd.DataFrame) -> None:
     """Atomic rewrite (merge, resume repair): write beside, then rename."""
     tmp = path.with_suffix(".csv.tmp")
+    df = df.copy()
+    for c in INT_COLUMNS:           # counts stay integers where blank cells made pandas read floats
+        if c in df.columns and df[c].dtype.kind == "f" and bool((df[c].dropna() % 1 == 0).all()):
+            df[c] = df[c].astype("Int64")
     cols = [c for c in COLUMNS if c in df.columns] + [c for c in df.columns if c not in COLUMNS]
     df.reindex(columns=list(COLUMNS) if set(df.columns) <= set(COLUMNS) else cols).to_csv(tmp, index=False)
     os.replace(tmp, path)

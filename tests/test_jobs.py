@@ -1,0 +1,76 @@
+"""`harness run --jobs N` (harness/jobs.py): the same results as one process, in suite order; a
+worker that dies keeps what the others finished and makes the run exit 2."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.cli import main
+from tests.test_cli import TINY
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A plug-in that kills its worker process on the fp32 cases (hidden 16), and is the eager chain
+# everywhere else.
+DIES = """
+import os
+from harness.impls.torch_ref import chain
+def make(h, **kw):
+    if h == 16:
+        os._exit(3)
+    return chain(h, **kw)
+"""
+
+
+@pytest.fixture
+def suite(tmp_path):
+    p = tmp_path / "tiny.toml"
+    p.write_text(TINY)
+    return str(p)
+
+
+@pytest.fixture
+def child_path(monkeypatch, tmp_path):
+    """Workers are new processes: they find the repo and the test's plug-ins through PYTHONPATH."""
+    parts = [str(tmp_path), str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(parts))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_jobs_equal_one_process(capsys, tmp_path, suite, child_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["run", "--impl", "torch", "--impl", "torch-fused", "--cases", suite, "--device", "cpu",
+                 "--out", str(one), "--no-report"]) == 0
+    assert main(["run", "--impl", "torch", "--impl", "torch-fused", "--cases", suite, "--device", "cpu",
+                 "--out", str(two), "--no-report", "--jobs", "2"]) == 0
+    err = capsys.readouterr().err
+    a = pd.read_csv(one / "results.csv", dtype=str)
+    b = pd.read_csv(two / "results.csv", dtype=str)
+    pd.testing.assert_frame_equal(a, b)                      # same rows, same order, same text
+    assert sorted(p.name for p in (two / "jobs").iterdir()) == ["1-of-2", "2-of-2"]
+    t = pd.read_csv(two / "timing.csv").set_index("stage")["seconds"]
+    assert {"wall", "references", "analysis", "impl:torch", "impl:torch-fused"} <= set(t.index)
+    assert (t > 0).all() and "harness: time " in err
+
+
+def test_dead_worker_keeps_the_rest_and_exits_2(capsys, tmp_path, suite, child_path):
+    (tmp_path / "dies_plugin.py").write_text(DIES)
+    out = tmp_path / "o"
+    code = main(["run", "--impl", "d=dies_plugin:make", "--cases", suite, "--device", "cpu", "--out", str(out),
+                 "--no-report", "--jobs", "3"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "did not finish" in err
+    df = pd.read_csv(out / "results.csv", dtype=str)
+    assert len(df) and set(df["shape"]) == {"4x32"}           # the bf16/fp16 cases finished
+    assert (df["status"] == "pass").all()
+
+
+@pytest.mark.parametrize("extra", [["--jobs", "0"], ["--jobs", "2", "--shard", "1/2"]])
+def test_jobs_usage_errors(capsys, tmp_path, suite, extra):
+    code = main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(tmp_path), *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and "--jobs" in err and "Traceback" not in err
