@@ -45,6 +45,9 @@ def main():
     p.add_argument("--tokens", type=int, default=8192)
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--dtype", default="bf16")
+    p.add_argument("--profile", action="store_true", help="kernels of the fused pass (torch.profiler)")
+    p.add_argument("--tune", action="store_true",
+                   help="also time the fused pass compiled with Inductor's coordinate_descent_tuning")
     a = p.parse_args()
     case = Case(a.dtype, a.dtype, a.dtype, (a.tokens, a.hidden), False, 1e-5, "standard", "normal", "one", 0)
     inp = generate(case).to(a.device)
@@ -71,6 +74,27 @@ def main():
     print(f"exact_outputs_fused (torch.compile): {t_fused * 1e3:.2f} ms = {100 * floor_s / t_fused:.0f}% of the floor, "
           f"{t_ref / t_fused:.1f}x eager (first call incl. compile {t_compile:.1f} s; "
           f"its own traffic of {fused_bytes / 1e9:.2f} GB -> {100 * fused_bytes / bw / t_fused:.0f}% of copy bandwidth)")
+    if a.profile and a.device.startswith("cuda"):
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                exact_outputs_fused(inp)
+            sync(a.device)
+        for e in sorted(prof.key_averages(), key=lambda e: -getattr(e, "device_time_total", 0))[:6]:
+            print(f"  kernel {e.key[:70]}: {getattr(e, "device_time_total", 0) / 3 / 1e3:.3f} ms a call")
+    if a.tune:
+        import references.fast as fast
+        from torch._inductor import config as ic
+        ic.coordinate_descent_tuning = True
+        fast._COMPILED.clear()
+        torch._dynamo.reset()
+        t0 = time.perf_counter()
+        exact_outputs_fused(inp)
+        sync(a.device)
+        t_c2 = time.perf_counter() - t0
+        t_tuned = timed(lambda: exact_outputs_fused(inp), a.device)
+        print(f"exact_outputs_fused (coordinate_descent_tuning): {t_tuned * 1e3:.2f} ms = "
+              f"{100 * floor_s / t_tuned:.0f}% of the floor (compile {t_c2:.1f} s)")
     values, gauges = exact_outputs_fused(inp)
     bnd = float64_error_bound(inp)
     fmt0 = fmt_of(a.dtype)

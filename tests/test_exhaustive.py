@@ -256,3 +256,21 @@ def test_fused_path_one_sync_per_tile_and_warmup_tiles():
     assert res.perf["tiles"] == 8 and res.perf["syncs"] == 9
     warm = E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x4000), (0x3f00, 0x4000), 1.0, 1 << 12, max_x_tiles=1)
     assert warm.perf["tiles"] == 1
+
+
+def test_closed_forms_decide_before_the_mpmath_cap(monkeypatch):
+    """Tiny gates: every undecided y / dn pair has a closed form, so the fused path certifies them
+    all whatever MP_CAP is; the reference path (mpmath only) stops at the cap. With no cap both
+    give the same counts."""
+    import harness.exhaustive.fused as fused_mod
+    import harness.exhaustive.reference_path as ref_mod
+    args = ("bf16", "torch", "cpu", (0x3f80, 0x3f88), (0x0000, 0x3080), 1.0, 1 << 20)
+    full = E.run_exhaustive(*args, reference=True).acc[("y", "normal")]
+    assert full.flagged > 100 and full.uncertified == 0
+    monkeypatch.setattr(fused_mod, "MP_CAP", 5)
+    monkeypatch.setattr(ref_mod, "MP_CAP", 5)
+    capped_ref = E.run_exhaustive(*args, reference=True).acc[("y", "normal")]
+    fused = E.run_exhaustive(*args).acc[("y", "normal")]
+    assert capped_ref.uncertified > 0
+    assert (fused.flagged, fused.certified, fused.uncertified, fused.mismatch) == \
+        (full.flagged, full.certified, 0, full.mismatch)
