@@ -81,7 +81,7 @@ def main():
                 exact_outputs_fused(inp)
             sync(a.device)
         for e in sorted(prof.key_averages(), key=lambda e: -getattr(e, "device_time_total", 0))[:6]:
-            print(f"  kernel {e.key[:70]}: {getattr(e, "device_time_total", 0) / 3 / 1e3:.3f} ms a call")
+            print(f"  kernel {e.key[:70]}: {getattr(e, 'device_time_total', 0) / 3 / 1e3:.3f} ms a call")
     if a.tune:
         import references.fast as fast
         from torch._inductor import config as ic
