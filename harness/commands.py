@@ -97,6 +97,7 @@ def cmd_run(args) -> int:
 
     if args.cases == "hypothesis":
         ignored = [f for f, v in (("--resume", args.resume), ("--shard", args.shard), ("--jobs", args.jobs > 1),
+                                  ("--shard-by", args.shard_by),
                                   ("--baseline", args.baseline), ("--junit", args.junit)) if v]
         if ignored:
             raise UsageError(f"--cases hypothesis: {ignored[0]} does not apply to an exploration")
@@ -116,10 +117,12 @@ def cmd_run(args) -> int:
     cases = list(suite.cases)
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: need at least 1")
+    if args.shard_by and not (args.shard or args.jobs > 1):
+        raise UsageError("--shard-by applies to --shard or --jobs")
     if args.jobs > 1 and args.shard:
         raise UsageError("--jobs shards the cases itself: drop --shard (or run shards yourself and `harness merge`)")
     if args.shard:
-        cases = shard(cases, *_parse_shard(args.shard))
+        cases = shard(cases, *_parse_shard(args.shard), by=args.shard_by or "case")
     cfg = SweepConfig(impls, cases, device, out_dir, specs, args.cases, overrides, args.budgets or "",
                       resume=args.resume, golden_dir=Path(args.golden) if args.golden else None)
     print(f"harness: {len(cases)} cases x {len(impls)} implementation(s) "

@@ -60,9 +60,32 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def shard(cases: list[Case], k: int, n: int) -> list[Case]:
-    """Deterministic 1/n of the cases (by case id), k in 1..n: disjoint and complete over k."""
-    return [c for c in cases if int(c.case_id, 16) % n == k - 1]
+SHARD_BY = ("case", "shape")
+
+
+def compile_key(case: Case) -> tuple:
+    """What a compiled implementation specialises on (Inductor graphs, Triton kernels and their
+    autotuning): hidden size, dtypes, eps, zero-centred gamma."""
+    return (case.shape[-1], case.dtype, case.gate_dtype, case.weight_dtype, case.eps, case.zero_centered_gamma)
+
+
+def shard(cases: list[Case], k: int, n: int, by: str = "case") -> list[Case]:
+    """Deterministic 1/n of the cases, k in 1..n: disjoint and complete over k.
+
+    by="case": by case id. by="shape": every case of one compile_key in one shard (so each compile
+    and autotuning happens once, not once per shard), keys dealt largest first to the least loaded
+    shard. Both keep suite order within a shard."""
+    if by == "case":
+        return [c for c in cases if int(c.case_id, 16) % n == k - 1]
+    groups: dict[tuple, int] = {}
+    for c in cases:
+        groups[compile_key(c)] = groups.get(compile_key(c), 0) + 1
+    load, owner = [0] * n, {}
+    for key, size in sorted(groups.items(), key=lambda kv: (-kv[1], repr(kv[0]))):
+        j = min(range(n), key=lambda i: (load[i], i))
+        owner[key] = j
+        load[j] += size
+    return [c for c in cases if owner[compile_key(c)] == k - 1]
 
 
 def replay_command(case: Case, spec: str, suite_ref: str, device: str = "", budgets: str = "") -> str:

@@ -74,3 +74,29 @@ def test_jobs_usage_errors(capsys, tmp_path, suite, extra):
     code = main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(tmp_path), *extra])
     err = capsys.readouterr().err
     assert code == 2 and "--jobs" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, 16])
+def test_shard_by_shape_keeps_compile_keys_together(n):
+    from cases.suite import load_suite
+    from harness.runner import compile_key, shard
+    cases = list(load_suite("full").cases)
+    parts = [shard(cases, k, n, by="shape") for k in range(1, n + 1)]
+    ids = [c.case_id for p in parts for c in p]
+    assert sorted(ids) == sorted(c.case_id for c in cases)             # disjoint and complete
+    owners: dict = {}
+    for k, p in enumerate(parts):
+        for c in p:
+            assert owners.setdefault(compile_key(c), k) == k             # one key, one shard
+    order = {c.case_id: i for i, c in enumerate(cases)}
+    for p in parts:
+        assert [order[c.case_id] for c in p] == sorted(order[c.case_id] for c in p)
+    sizes = [len(p) for p in parts]
+    biggest = max(sum(compile_key(c) == key for c in cases) for key in owners)
+    assert max(sizes) - min(sizes) <= biggest                           # dealt to the least loaded
+
+
+def test_shard_by_needs_shard_or_jobs(capsys, tmp_path, suite):
+    code = main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(tmp_path),
+                 "--shard-by", "shape"])
+    assert code == 2 and "--shard-by" in capsys.readouterr().err
