@@ -43,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true", help="skip finished case x impl pairs in --out")
     r.add_argument("--shard", help="K/N: run a deterministic 1/N of the cases")
     r.add_argument("--shard-by", choices=["case", "shape"], default=None,
-                   help="how --shard splits: by case id (default), or every case of one hidden size, "
-                        "dtypes, eps and gamma in one shard (each compile once; --jobs default)")
+                   help="how --shard / --jobs split: by case id (default), or every case of one hidden "
+                        "size, dtypes, eps and gamma in one shard (each compile and autotuning once)")
     r.add_argument("--jobs", type=int, default=1,
                    help="N worker processes (shards K/N merged here): compiles and autotuning in parallel")
     r.add_argument("--max-examples", type=int, default=50, help="hypothesis: examples to try")

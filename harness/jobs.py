@@ -1,6 +1,5 @@
-"""`harness run --jobs N`: the sweep split into N shard processes (`--shard K/N`, by default
-`--shard-by shape`: all cases one compiled kernel serves in one worker) run at once, their results
-merged in suite order.
+"""`harness run --jobs N`: the sweep split into N shard processes (`--shard K/N`, `--shard-by`
+passed on) run at once, their results merged in suite order.
 
 Why processes: most of a GPU sweep's time is the implementations' own compiles (Inductor, Triton)
 and autotuning for each new shape, which are CPU-bound and serial within one process. Each worker
@@ -28,7 +27,7 @@ def child_argv(args, device: str, k: int, n: int, out: Path) -> list[str]:
     for spec in args.impl:
         argv += ["--impl", spec]
     argv += ["--cases", args.cases, "--device", device, "--out", str(out), "--shard", f"{k}/{n}",
-             "--shard-by", args.shard_by or "shape", "--no-report"]
+             "--shard-by", args.shard_by or "case", "--no-report"]
     if args.budgets:
         argv += ["--budgets", args.budgets]
     if args.golden:
@@ -59,7 +58,7 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
     """Run the shards, wait, merge. Returns the merged results (suite order), the stage timings
     summed over the workers ('wall' is this run's elapsed time) and the jobs that did not finish."""
     n = min(args.jobs, max(len(cases), 1))
-    if (args.shard_by or "shape") == "shape":               # no more workers than compile keys
+    if args.shard_by == "shape":                             # no more workers than compile keys
         from harness.runner import compile_key
         n = min(n, len({compile_key(c) for c in cases}))
     t0 = time.time()

@@ -40,12 +40,13 @@ def child_path(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
-def test_jobs_equal_one_process(capsys, tmp_path, suite, child_path):
+@pytest.mark.parametrize("by", [[], ["--shard-by", "shape"]])
+def test_jobs_equal_one_process(capsys, tmp_path, suite, child_path, by):
     one, two = tmp_path / "one", tmp_path / "two"
     assert main(["run", "--impl", "torch", "--impl", "torch-fused", "--cases", suite, "--device", "cpu",
                  "--out", str(one), "--no-report"]) == 0
     assert main(["run", "--impl", "torch", "--impl", "torch-fused", "--cases", suite, "--device", "cpu",
-                 "--out", str(two), "--no-report", "--jobs", "2"]) == 0
+                 "--out", str(two), "--no-report", "--jobs", "2", *by]) == 0
     err = capsys.readouterr().err
     a = pd.read_csv(one / "results.csv", dtype=str)
     b = pd.read_csv(two / "results.csv", dtype=str)
