@@ -1,7 +1,7 @@
 """float64 reference throughput against the memory-bandwidth floor, and the share of a case's
 reference time spent in mpmath certification.
 
-    python bench/bench_reference.py [--device cuda] [--tokens 8192] [--hidden 4096] [--dtype bf16]
+    python bench/bench_reference.py [--device cuda] [--tokens 8192] [--hidden 4096] [--dtype bf16] [--profile] [--tune] [--triton]
 
 Times the eager closed forms (references.exact.exact_outputs) and the fused torch.compile version
 (references.fast.exact_outputs_fused; compile time reported separately), and the undecided mask of
@@ -46,6 +46,8 @@ def main():
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--profile", action="store_true", help="kernels of the fused pass (torch.profiler)")
+    p.add_argument("--triton", action="store_true",
+                   help="also time the hand-written Triton pass (references/triton_reference.py)")
     p.add_argument("--tune", action="store_true",
                    help="also time the fused pass compiled with Inductor's coordinate_descent_tuning")
     a = p.parse_args()
@@ -82,6 +84,22 @@ def main():
             sync(a.device)
         for e in sorted(prof.key_averages(), key=lambda e: -getattr(e, "device_time_total", 0))[:6]:
             print(f"  kernel {e.key[:70]}: {getattr(e, 'device_time_total', 0) / 3 / 1e3:.3f} ms a call")
+    if a.triton:
+        from references.triton_reference import exact_outputs_triton
+        t0 = time.perf_counter()
+        exact_outputs_triton(inp)
+        sync(a.device)
+        t_c3 = time.perf_counter() - t0
+        t_tri = timed(lambda: exact_outputs_triton(inp), a.device)
+        vt, _ = exact_outputs_triton(inp)
+        vf, gf = exact_outputs_fused(inp)
+        bnd0 = float64_error_bound(inp)
+        agree = all(bool(torch.all((vt[k] - vf[k]).abs() <= 2 * bnd0[k] * gf[k] + 1e-300))
+                    for k in ("y", "dx", "dgate", "dweight"))
+        print(f"exact_outputs_triton (one hand-written pass): {t_tri * 1e3:.2f} ms = {100 * floor_s / t_tri:.0f}% "
+              f"of the floor (first call incl. JIT {t_c3:.1f} s; its own traffic "
+              f"{100 * fused_bytes / bw / t_tri:.0f}% of copy bandwidth; agrees with the fused pass: {agree})")
+        del vt, vf, gf
     if a.tune:
         import references.fast as fast
         from torch._inductor import config as ic
