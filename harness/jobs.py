@@ -4,10 +4,13 @@ passed on) run at once, their results merged in suite order.
 Why processes: most of a GPU sweep's time is the implementations' own compiles (Inductor, Triton)
 and autotuning for each new shape, which are CPU-bound and serial within one process. Each worker
 writes its own results under OUT/jobs/K-of-N/ (results.csv, timing.csv, log.txt), so a worker that
-dies loses nothing already written and `--resume` picks up there."""
+dies loses nothing already written and `--resume` picks up there. All workers share the device:
+on one GPU, N CUDA contexts and N cases' references must fit in its memory (an out-of-memory case
+becomes an `error` row, as in one process)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +20,7 @@ from typing import Callable
 import pandas as pd
 
 from cases.case import Case
+from harness.errors import UsageError
 from harness.impls.base import Implementation
 from reports.results_io import read_results, write_results
 
@@ -53,32 +57,70 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
+def _prepare(out_dir: Path, n: int, resume: bool) -> None:
+    """A fresh run starts from nothing (no earlier worker's results can be merged as current); a
+    resumed one must use the same split as the run it resumes."""
+    jobs = out_dir / "jobs"
+    if not resume:
+        shutil.rmtree(jobs, ignore_errors=True)
+        (out_dir / "results.csv").unlink(missing_ok=True)
+        return
+    earlier = sorted(p.name for p in jobs.iterdir() if p.is_dir()) if jobs.is_dir() else []
+    want = {f"{k}-of-{n}" for k in range(1, n + 1)}
+    if earlier and not set(earlier) <= want:
+        raise UsageError(f"--resume --jobs: {jobs} holds another split ({', '.join(earlier[:3])}…); "
+                         f"resume with the same --jobs and --shard-by, or start afresh")
+    if not earlier and (out_dir / "results.csv").exists():
+        raise UsageError(f"--resume --jobs: {out_dir} holds a single-process run; resume it without --jobs")
+
+
+def _complete(df: pd.DataFrame | None, expected: set[tuple[str, str]]) -> bool:
+    """Whether a worker's results hold every (case, implementation) pair of its shard in full (a
+    worker that dies of an uncaught exception also exits 1, like one whose checks failed)."""
+    if not expected:
+        return True
+    if df is None or not len(df):
+        return False
+    from harness.runner import ROWS_PER_PAIR
+    counts = df.groupby(["case_id", "impl"]).size()
+    return all(counts.get(pair, 0) >= ROWS_PER_PAIR for pair in expected)
+
+
 def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], out_dir: Path,
              log: Callable[[str], None]) -> tuple[pd.DataFrame, dict[str, float], list[int]]:
     """Run the shards, wait, merge. Returns the merged results (suite order), the stage timings
     summed over the workers ('wall' is this run's elapsed time) and the jobs that did not finish."""
+    from harness.runner import compile_key, shard
+    by = args.shard_by or "case"
     n = min(args.jobs, max(len(cases), 1))
-    if args.shard_by == "shape":                             # no more workers than compile keys
-        from harness.runner import compile_key
+    if by == "shape":                                        # no more workers than compile keys
         n = min(n, len({compile_key(c) for c in cases}))
+    _prepare(out_dir, n, args.resume)
     t0 = time.time()
     procs = []
-    for k in range(1, n + 1):
-        d = out_dir / "jobs" / f"{k}-of-{n}"
-        d.mkdir(parents=True, exist_ok=True)
-        fh = open(d / "log.txt", "w")
-        procs.append((k, d, fh, subprocess.Popen(child_argv(args, device, k, n, d), stdout=fh,
-                                                 stderr=subprocess.STDOUT, env=_child_env(n))))
+    try:
+        for k in range(1, n + 1):
+            d = out_dir / "jobs" / f"{k}-of-{n}"
+            d.mkdir(parents=True, exist_ok=True)
+            with open(d / "log.txt", "a" if args.resume else "w") as fh:   # the child holds its own copy
+                procs.append((k, d, subprocess.Popen(child_argv(args, device, k, n, d), stdout=fh,
+                                                     stderr=subprocess.STDOUT, env=_child_env(n))))
+    except OSError as e:
+        for _, _, p in procs:
+            p.kill()
+        raise UsageError(f"--jobs: cannot start a worker ({e})") from None
     log(f"harness: {n} jobs, logs in {out_dir / 'jobs'}/K-of-{n}/log.txt")
-    frames, timings = [], {}
-    for k, d, fh, p in procs:
+    frames, timings, failed = [], {}, []
+    for k, d, p in procs:
         rc = p.wait()
-        fh.close()
         log(f"harness: job {k}/{n} exit {rc} after {time.time() - t0:.1f} s")
-        if rc not in (0, 1):
-            log(f"harness: job {k}/{n} failed: {_last_line(d / 'log.txt')}")
-        if (d / "results.csv").is_file():
-            frames.append(read_results(d / "results.csv"))
+        part = read_results(d / "results.csv") if (d / "results.csv").is_file() else None
+        if part is not None:
+            frames.append(part)
+        expected = {(c.case_id, i.name) for c in shard(cases, k, n, by=by) for i in impls}
+        if rc not in (0, 1) or not _complete(part, expected):
+            failed.append(k)
+            log(f"harness: job {k}/{n} did not finish its cases: {_last_line(d / 'log.txt')}")
         if (d / "timing.csv").is_file():
             for stage, sec in pd.read_csv(d / "timing.csv").itertuples(index=False):
                 if stage != "wall":
@@ -92,13 +134,9 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
         key = df["case_id"].map(order).fillna(len(order)) * (len(rank) + 1) + df["impl"].map(rank).fillna(len(rank))
         df = df.assign(_k=key).sort_values("_k", kind="stable").drop(columns="_k").reset_index(drop=True)
         write_results(out_dir / "results.csv", df)
-    elif (out_dir / "results.csv").exists():
-        (out_dir / "results.csv").unlink()
-    failed = [k for k, _, _, p in procs if p.returncode not in (0, 1)]
     if failed:
-        from harness.errors import UsageError
         if not len(df):
-            raise UsageError(f"--jobs: every job failed (see {out_dir / 'jobs'})")
+            raise UsageError(f"--jobs: no job finished a case (see {out_dir / 'jobs'})")
         log(f"harness: job(s) {', '.join(map(str, failed))} did not finish; their finished cases are "
             f"kept (rerun with --resume)")
     return df, timings, failed

@@ -80,12 +80,14 @@ def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cach
         rows.setdefault(k // hidden, []).append(k)
     cached = mp.cached_rows(row_cache or {}, need_c=output == "dx")
     order = sorted(rows, key=lambda r: (r not in cached, r))
-    chosen, spent = [], 0
+    chosen, spent, new_rows = [], 0, 0
     for r in order:
-        cost = 0 if r in cached else (hidden if output == "dx" else -(-hidden // 16))
+        fresh = r not in cached
+        cost = (hidden if output == "dx" else -(-hidden // 16)) if fresh else 0
         cost += 0 if output == "dx" else len(rows[r])
-        if chosen and spent + cost > row_elements:
-            continue
+        if spent + cost > row_elements and (new_rows or not fresh):
+            continue                             # over budget (one new row is always taken)
         chosen.append(r)
         spent += cost
+        new_rows += fresh
     return sorted(k for r in chosen for k in rows[r])

@@ -87,6 +87,17 @@ def intermediates(inp: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
     return xhat * g, _f64(inp.dy) * silu_parts(t)[1]
 
 
+def intermediates_on_use(inp: Inputs) -> dict:
+    """Recipes for Derived: n and dn, computed together once, on the first use of either."""
+    memo: list = []
+
+    def get(i: int) -> torch.Tensor:
+        if not memo:
+            memo.append(intermediates(inp))
+        return memo[0][i]
+    return {"n": lambda: get(0), "dn": lambda: get(1)}
+
+
 class Derived(dict):
     """A dict whose missing entries are computed on first use by the functions given by name."""
 
@@ -97,7 +108,8 @@ class Derived(dict):
     def __missing__(self, key):
         if key not in self._make:
             raise KeyError(key)
-        value = self[key] = self._make.pop(key)()
+        value = self[key] = self._make[key]()       # a recipe that raises stays, its error shows again
+        del self._make[key]
         return value
 
     def pending(self) -> tuple:

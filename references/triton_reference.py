@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from references.exact import Derived, Inputs, intermediates
+from references.exact import Derived, Inputs, intermediates_on_use
 
 try:
     import triton
@@ -112,7 +112,7 @@ def exact_outputs_triton(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str
                            num_warps=warps)
     values = Derived({"y": y.reshape(shape), "dgate": dgate.reshape(shape), "dx": dx.reshape(shape),
                       "dweight": dw_part.sum(0)},
-                     n=lambda: intermediates(inp)[0], dn=lambda: intermediates(inp)[1])
+                     **intermediates_on_use(inp))
     gauges = Derived({"dgate": dgate_g.reshape(shape), "dx": dx_g.reshape(shape), "dweight": dwg_part.sum(0)},
                      y=lambda: values["y"].abs(), n=lambda: values["n"].abs(), dn=lambda: values["dn"].abs())
     return values, gauges

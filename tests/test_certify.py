@@ -304,3 +304,15 @@ def test_mp_leaves_global_precision_alone():
     mp.values(inp, "dweight", [1], 80)
     mp.round_mpf(mpmath.mpf(1) / 3, BF16)
     assert mpmath.mp.prec == before
+
+
+def test_row_budget_cost_model():
+    from references.certify import _within_row_budget
+    # dx: a row costs `hidden` (its c); one new row is always taken, even past the budget
+    cache = {("parts", 0, 50): {"c": 1}}
+    assert _within_row_budget([5, 20005, 40005], 20000, 16384, cache, "dx") == [5, 20005]
+    assert _within_row_budget([5, 20005, 40005], 20000, 50_000, {}, "dx") == [5, 20005]
+    # y: ~hidden/16 for a new row's sum of squares plus one per element; cached rows cost their elements
+    flat = [r * 1024 + j for r in range(10) for j in range(3)]
+    got = _within_row_budget(flat, 1024, 3 * (64 + 3), {}, "y")
+    assert got == flat[:9]                                # three rows of (64 + 3)

@@ -101,3 +101,47 @@ def test_shard_by_needs_shard_or_jobs(capsys, tmp_path, suite):
     code = main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(tmp_path),
                  "--shard-by", "shape"])
     assert code == 2 and "--shard-by" in capsys.readouterr().err
+
+
+# A worker that dies of an uncaught exception exits 1, like one whose checks failed: the parent
+# must notice the missing cases. This plug-in makes the harness's own reference build raise.
+CRASHES = """
+import harness.runner as R
+from harness.impls.torch_ref import chain as make
+_build = R.build
+def _raising(inp):
+    if inp.hidden == 16:
+        raise RuntimeError("boom")
+    return _build(inp)
+R.build = _raising
+"""
+
+
+def test_worker_crash_with_exit_1_is_a_failed_job(capsys, tmp_path, suite, child_path):
+    (tmp_path / "crash_plugin.py").write_text(CRASHES)
+    out = tmp_path / "o"
+    # a first, complete run in the same directory: nothing of it may survive into the next one
+    assert main(["run", "--impl", "c=tests.test_jobs:_chain", "--cases", suite, "--device", "cpu", "--out", str(out),
+                 "--no-report", "--jobs", "3"]) == 0
+    code = main(["run", "--impl", "c=crash_plugin:make", "--cases", suite, "--device", "cpu", "--out", str(out),
+                 "--no-report", "--jobs", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "did not finish" in err, err
+    df = pd.read_csv(out / "results.csv", dtype=str)
+    assert set(df["shape"]) == {"4x32"}                        # the crashed fp32 cases are not there
+
+
+def test_resume_needs_the_same_split(capsys, tmp_path, suite, child_path):
+    out = tmp_path / "o"
+    assert main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(out), "--no-report",
+                 "--jobs", "2"]) == 0
+    assert main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(out), "--no-report",
+                 "--jobs", "2", "--resume"]) == 0                 # nothing left to do: same results
+    code = main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(out), "--no-report",
+                 "--jobs", "3", "--resume"])
+    assert code == 2 and "another split" in capsys.readouterr().err
+
+
+def _chain(h, **kw):
+    from harness.impls.torch_ref import chain
+    return chain(h, **kw)
