@@ -55,20 +55,27 @@ def fmt_of(x: str | torch.dtype) -> Format:
 
 
 def _exponent(a: torch.Tensor, fmt: Format) -> torch.Tensor:
-    """floor(log2|a|) clamped to emin (subnormals share the smallest normal's quantum)."""
-    _, e = torch.frexp(a)          # a = m * 2**e, 0.5 <= m < 1, exact (frexp(0) gives e = 0)
-    e = torch.where(a == 0, torch.full_like(e, fmt.emin + 1), e)
-    return torch.clamp(e.to(torch.int64) - 1, min=fmt.emin)
+    """floor(log2|a|) clamped to emin (subnormals share the smallest normal's quantum), read from
+    the float64 exponent field: for a normal float64 that is frexp's e - 1; zero and float64
+    subnormals give -1023, below every format's emin (>= -1022); inf and NaN give -1, as
+    frexp's e = 0 does."""
+    e = ((a.view(torch.int64) >> 52) & 0x7FF) - 1023
+    e = torch.where(e == 1024, torch.full_like(e, -1), e)
+    return torch.clamp(e, min=fmt.emin)
 
 
 def ulp(v: torch.Tensor, fmt: Format) -> torch.Tensor:
     """ulp(v) in `fmt`: 2**(max(floor(log2|v|), emin) - p + 1).
 
     Taken from the exponent of v itself (LLVM's MPFR wrapper does the same), so a value just below
-    a power of two gets the finer ulp of its own binade. ulp(0) is the smallest subnormal."""
+    a power of two gets the finer ulp of its own binade. ulp(0) is the smallest subnormal. The
+    power of two is built from its bits (a normal float64 for every format but fp64's subnormal
+    quanta, which take ldexp)."""
     v = v.to(torch.float64)
-    e = _exponent(v.abs(), fmt)
-    return torch.ldexp(torch.ones_like(v), (e - fmt.precision + 1).to(v.dtype))
+    e = _exponent(v.abs(), fmt) - fmt.precision + 1
+    if fmt.emin - fmt.precision + 1 >= -1022:
+        return ((e + 1023) << 52).view(torch.float64)
+    return torch.ldexp(torch.ones_like(v), e.to(v.dtype))
 
 
 def round_to(v: torch.Tensor, fmt: Format) -> torch.Tensor:
