@@ -35,7 +35,17 @@ def _env(device: str) -> dict:
 
 def _render(out_dir: Path, df: pd.DataFrame, baseline, exit_code: int, device: str, title: str) -> None:
     from reports.html import write_all
-    write_all(out_dir, df, baseline=baseline, env=_env(device), exit_code=exit_code, title=title)
+    env = _env(device)
+    timing = out_dir / "timing.csv"
+    if timing.is_file():                     # where the sweep's time went, in the environment table
+        from harness.runner import timing_line
+        try:
+            t = dict(pd.read_csv(timing).itertuples(index=False))
+            impls = list(dict.fromkeys(df["impl"])) if "impl" in df else []
+            env["time"] = timing_line(t, impls).removeprefix("harness: time ")
+        except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            pass                             # a damaged timing.csv only costs this line
+    write_all(out_dir, df, baseline=baseline, env=env, exit_code=exit_code, title=title)
 
 
 def _write_outputs(out_dir: Path, df, baseline, exit_code: int, device: str, title: str,
@@ -102,6 +112,7 @@ def cmd_run(args) -> int:
         if ignored:
             raise UsageError(f"--cases hypothesis: {ignored[0]} does not apply to an exploration")
         from harness.explore import explore
+        (out_dir / "timing.csv").unlink(missing_ok=True)   # an exploration has no stage timings
         e = explore(impls, specs, device, args.max_examples, args.seed, out_dir, overrides,
                     args.budgets or "", log=_stderr)
         code = print_exploration(e)

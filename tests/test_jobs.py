@@ -145,3 +145,11 @@ def test_resume_needs_the_same_split(capsys, tmp_path, suite, child_path):
 def _chain(h, **kw):
     from harness.impls.torch_ref import chain
     return chain(h, **kw)
+
+
+def test_report_shows_where_the_time_went(capsys, tmp_path, suite):
+    out = tmp_path / "o"
+    assert main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    t = pd.read_csv(out / "timing.csv").set_index("stage")["seconds"]
+    assert f"references {t['references']:.1f} s" in html and "implementations" in html and "mpmath" in html
