@@ -106,6 +106,7 @@ def test_shard_by_needs_shard_or_jobs(capsys, tmp_path, suite):
 # A worker that dies of an uncaught exception exits 1, like one whose checks failed: the parent
 # must notice the missing cases. This plug-in makes the harness's own reference build raise.
 CRASHES = """
+import sys
 import harness.runner as R
 from harness.impls.torch_ref import chain as make
 _build = R.build
@@ -113,7 +114,8 @@ def _raising(inp):
     if inp.hidden == 16:
         raise RuntimeError("boom")
     return _build(inp)
-R.build = _raising
+if "--shard" in sys.argv:          # only in a worker, never in the test process that imports it too
+    R.build = _raising
 """
 
 
