@@ -89,7 +89,7 @@ def _launch_shape(tokens: int, hidden: int, device: torch.device) -> tuple[int, 
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
     rows = max(1, -(-tokens // (4 * sms)))
     progs = -(-tokens // rows)
-    warps = 4 if block <= 1024 else 8 if block <= 4096 else 16
+    warps = min(32, max(4, block // 256))     # ~8 float64 elements a thread per live array (registers)
     return block, rows, progs, warps
 
 
