@@ -9,6 +9,7 @@ import torch
 
 from harness.exhaustive.enumerate import REGIMES, case_hash
 from harness.exhaustive.metrics import TOPK
+from references.formats import Format, round_to
 
 
 @dataclass
@@ -21,6 +22,27 @@ class Worst:
     golden: float
     ulp: float
     scaled: float
+
+
+def pair_values(flat_idx: torch.Tensor, shape, xs, gs, rep_x) -> tuple[list[float], list[float]]:
+    """x and gate values (as floats) of flat indices into a tile of `shape`: [bx, bg] pairs, or
+    [bg] gates for a per-gate output (dn), whose x is rep_x."""
+    if len(shape) == 1:
+        gi = gs[flat_idx]
+        xi = rep_x.expand(flat_idx.numel())
+    else:
+        ix, ig = flat_idx // shape[1], flat_idx % shape[1]
+        xi, gi = xs[ix], gs[ig]
+    return xi.double().tolist(), gi.double().tolist()
+
+
+def worst_pairs(keys: torch.Tensor, idx: torch.Tensor, xi: list, gi: list, c_low: torch.Tensor, v: torch.Tensor,
+                err: torch.Tensor, scaled: torch.Tensor, fmt: Format) -> list[Worst]:
+    """The Worst records of a tile's top-k flat indices `idx` (sort keys `keys`)."""
+    vv = v.reshape(-1)[idx]
+    cols = (keys.tolist(), xi, gi, c_low.reshape(-1)[idx].to(torch.float64).tolist(), vv.tolist(),
+            round_to(vv, fmt).tolist(), err.reshape(-1)[idx].tolist(), scaled.reshape(-1)[idx].tolist())
+    return [Worst(*row) for row in zip(*cols)]
 
 
 @dataclass

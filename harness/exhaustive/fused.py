@@ -36,12 +36,12 @@ from typing import Callable
 import torch
 
 from harness.exhaustive import certify
-from harness.exhaustive.accumulate import Acc, Result, Ticker, Worst
+from harness.exhaustive.accumulate import Acc, Result, Ticker, pair_values, worst_pairs
 from harness.exhaustive.certify import MP_CAP, closed_form_golden, near_exact_golden
 from harness.exhaustive.enumerate import OUTPUTS, REGIMES, gate_blocks, pad_rows, setup
 from harness.exhaustive.metrics import _EXP_MASK, EDGES, F64_BOUND, METRIC, TOPK, budget_for, elementwise, \
     kernel_args, use_compile
-from references.formats import Format, round_to
+from references.formats import Format
 
 _INNER = tuple(EDGES[1:-1])
 _NB = len(EDGES) - 1
@@ -242,34 +242,17 @@ def _worst_tile(output: str, acc: Acc, st: list, c_low: torch.Tensor, side: _Sid
         return
     perf["topk_tiles"] = perf.get("topk_tiles", 0) + 1
     if side.one_d:
-        v = side.xm[0] * side.T
-        gauge = None
-        shape = v.shape
+        v, gauge = side.xm[0] * side.T, None
     else:
         v = side.xm[:, None] * side.T[None, :]
         gauge = None if side.ax is None else side.ax[:, None] * side.G[None, :]
-        shape = v.shape
+    shape = v.shape
     err, scaled = elementwise(c_low.reshape(shape), v, gauge, *kernel_args(output, fmt))[:2]
     for metric in need:
-        m = err if metric == "ulp" else scaled
-        flat = m.reshape(-1)
+        flat = (err if metric == "ulp" else scaled).reshape(-1)
         vals, idx = torch.topk(flat, min(TOPK, flat.numel()))
-        if side.one_d:
-            gi = side.gs[idx].double().tolist()
-            xi = side.xs.expand(idx.numel()).double().tolist()
-        else:
-            ix, ig = idx // shape[1], idx % shape[1]
-            xi, gi = side.xs[ix].double().tolist(), side.gs[ig].double().tolist()
-        vals_l = vals.tolist()
-        c = c_low.reshape(-1)[idx].to(torch.float64)
-        vv = v.reshape(-1)[idx]
-        got, ref = c.tolist(), vv.tolist()
-        gold = round_to(vv, fmt).tolist()
-        eu = err.reshape(-1)[idx].tolist()
-        es = scaled.reshape(-1)[idx].tolist()
-        acc.add_worst(metric, [Worst(vals_l[j], xi[j], gi[j], got[j], ref[j], gold[j], eu[j], es[j])
-                               for j in range(len(vals_l))])
-
+        xi, gi = pair_values(idx, shape, side.xs, side.gs, side.xs)     # one_d: side.xs is rep_x
+        acc.add_worst(metric, worst_pairs(vals, idx, xi, gi, c_low, v, err, scaled, fmt))
 
 
 def run_fused(dtype: str, impl: str = "torch", device: str = "cpu", x_range=(0, 1 << 16),

@@ -9,12 +9,12 @@ from typing import Callable
 import torch
 
 from harness.exhaustive import certify
-from harness.exhaustive.accumulate import Acc, Result, Ticker, Worst
+from harness.exhaustive.accumulate import Acc, Result, Ticker, pair_values, worst_pairs
 from harness.exhaustive.certify import MP_CAP, near_exact_golden
 from harness.exhaustive.enumerate import OUTPUTS, REGIMES, gate_blocks, setup
 from harness.exhaustive.metrics import EDGES, F64_BOUND, METRIC, TOPK, _ELEMENTWISE, budget_for, elementwise, \
     kernel_args, use_compile
-from references.formats import Format, round_to
+from references.formats import Format
 
 
 def _bins(err: torch.Tensor, edges: torch.Tensor, weight: int) -> torch.Tensor:
@@ -63,7 +63,7 @@ def analyse(output: str, regime: str, c_low: torch.Tensor, v: torch.Tensor, gaug
         take, rest = und[:MP_CAP], und[MP_CAP:]
         acc.uncertified += rest.numel() * weight
         if take.numel():
-            xi, gi = _pair_values(take, shape, xs, gs, rep_x)
+            xi, gi = pair_values(take, shape, xs, gs, rep_x)
             gold_mp = torch.tensor(certify._mp_golden(output, xi, gi, dy, fmt), dtype=torch.float64,
                                    device=v.device)
             c_sel = c_low.reshape(-1)[take].to(torch.float64)
@@ -94,16 +94,8 @@ def analyse(output: str, regime: str, c_low: torch.Tensor, v: torch.Tensor, gaug
         if len(acc.worst[metric]) >= TOPK and tile_max[metric] < acc.worst[metric][-1].key:
             continue
         vals, idx = torch.topk(flat, min(TOPK, flat.numel()))
-        xi, gi = _pair_values(idx, shape, xs, gs, rep_x)
-        vals_l = vals.tolist()
-        c = c_low.reshape(-1)[idx].to(torch.float64)
-        vv = v.reshape(-1)[idx]
-        got, ref = c.tolist(), vv.tolist()
-        gold = round_to(vv, fmt).tolist()
-        eu = err.reshape(-1)[idx].tolist()
-        es = scaled.reshape(-1)[idx].tolist()
-        acc.add_worst(metric, [Worst(vals_l[j], xi[j], gi[j], got[j], ref[j], gold[j], eu[j], es[j])
-                               for j in range(len(vals_l))])
+        xi, gi = pair_values(idx, shape, xs, gs, rep_x)
+        acc.add_worst(metric, worst_pairs(vals, idx, xi, gi, c_low, v, err, scaled, fmt))
 
 
 def _pair_tensors(flat_idx: torch.Tensor, shape, xs, gs, rep_x):
@@ -111,16 +103,6 @@ def _pair_tensors(flat_idx: torch.Tensor, shape, xs, gs, rep_x):
     if len(shape) == 1:
         return rep_x.to(gs.device).expand(flat_idx.numel()), gs[flat_idx]
     return xs[flat_idx // shape[1]], gs[flat_idx % shape[1]]
-
-
-def _pair_values(flat_idx: torch.Tensor, shape, xs, gs, rep_x):
-    if len(shape) == 1:                                  # per-gate output (dn)
-        gi = gs[flat_idx]
-        xi = rep_x.expand(flat_idx.numel())
-    else:
-        ix, ig = flat_idx // shape[1], flat_idx % shape[1]
-        xi, gi = xs[ix], gs[ig]
-    return xi.double().tolist(), gi.double().tolist()
 
 
 def run_reference_path(dtype: str, impl: str = "torch", device: str = "cpu", x_range=(0, 1 << 16),
