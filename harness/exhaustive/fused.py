@@ -199,16 +199,12 @@ def _certify_tile(output: str, cand_mask: torch.Tensor, c_low: torch.Tensor, sid
     xt = side.xs.to(vb.device).expand(ix.numel()) if side.one_d else side.xs[ix]
     gt = side.gs[ig]
     mismatch = 0
-    ok, gold = near_exact_golden(output, xt, gt, dy, vb, fmt)
-    if bool(ok.any()):
-        mismatch += int((c64[ok] != gold[ok]).sum()) - int(mism[ok].sum())
-        acc.certified += int(ok.sum()) * weight
-        rest = ~ok
-        xt, gt, vb, c64, mism = xt[rest], gt[rest], vb[rest], c64[rest], mism[rest]
     # closed forms decide every pair they cover (vectorised, no cap); mpmath the rest, MP_CAP a tile
-    if vb.numel():
-        ok, gold = closed_form_golden(output, xt, gt, dy, vb, fmt)
-        perf["closed_form"] = perf.get("closed_form", 0) + int(ok.sum())
+    for name, decide in (("near_exact", near_exact_golden), ("closed_form", closed_form_golden)):
+        if not vb.numel():
+            break
+        ok, gold = decide(output, xt, gt, dy, vb, fmt)
+        perf[name] = perf.get(name, 0) + int(ok.sum())
         mismatch += int((c64[ok] != gold[ok]).sum()) - int(mism[ok].sum())
         acc.certified += int(ok.sum()) * weight
         rest = ~ok
