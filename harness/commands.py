@@ -38,9 +38,9 @@ def _render(out_dir: Path, df: pd.DataFrame, baseline, exit_code: int, device: s
     env = _env(device)
     timing = out_dir / "timing.csv"
     if timing.is_file():                     # where the sweep's time went, in the environment table
-        from harness.runner import timing_line
+        from harness.runner import read_timings, timing_line
         try:
-            t = dict(pd.read_csv(timing).itertuples(index=False))
+            t = read_timings(timing)
             impls = list(dict.fromkeys(df["impl"])) if "impl" in df else []
             env["time"] = timing_line(t, impls).removeprefix("harness: time ")
         except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
@@ -60,8 +60,8 @@ def _write_outputs(out_dir: Path, df, baseline, exit_code: int, device: str, tit
 
 def _write_timings(out_dir: Path, timings: dict[str, float], impl_names: list[str]) -> None:
     """timing.csv (stage, seconds) and one line on stderr: where the sweep's time went."""
-    from harness.runner import timing_line
-    pd.DataFrame(sorted(timings.items()), columns=["stage", "seconds"]).to_csv(out_dir / "timing.csv", index=False)
+    from harness.runner import timing_line, write_timings
+    write_timings(out_dir / "timing.csv", timings)
     print(timing_line(timings, impl_names), file=sys.stderr)
 
 

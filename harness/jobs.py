@@ -90,7 +90,7 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
              log: Callable[[str], None]) -> tuple[pd.DataFrame, dict[str, float], list[int]]:
     """Run the shards, wait, merge. Returns the merged results (suite order), the stage timings
     summed over the workers ('wall' is this run's elapsed time) and the jobs that did not finish."""
-    from harness.runner import compile_key, shard
+    from harness.runner import add_time, compile_key, read_timings, shard
     by = args.shard_by or "case"
     n = min(args.jobs, max(len(cases), 1))
     if by == "shape":                                        # no more workers than compile keys
@@ -122,9 +122,9 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
             failed.append(k)
             log(f"harness: job {k}/{n} did not finish its cases: {_last_line(d / 'log.txt')}")
         if (d / "timing.csv").is_file():
-            for stage, sec in pd.read_csv(d / "timing.csv").itertuples(index=False):
+            for stage, sec in read_timings(d / "timing.csv").items():
                 if stage != "wall":
-                    timings[stage] = timings.get(stage, 0.0) + float(sec)
+                    add_time(timings, stage, sec)
     timings["wall"] = time.time() - t0
     timings["jobs"] = n
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -43,6 +43,15 @@ def add_time(timings: dict[str, float], stage: str, seconds: float) -> None:
     timings[stage] = timings.get(stage, 0.0) + seconds
 
 
+def write_timings(path: Path, timings: dict[str, float]) -> None:
+    pd.DataFrame(sorted(timings.items()), columns=["stage", "seconds"]).to_csv(path, index=False)
+
+
+def read_timings(path: Path) -> dict[str, float]:
+    """timing.csv (written by `harness run`) as stage -> seconds."""
+    return {str(stage): float(sec) for stage, sec in pd.read_csv(path).itertuples(index=False)}
+
+
 def timing_line(timings: dict[str, float], impl_names: list[str]) -> str:
     """One line: where a sweep's time went (impl:NAME stages include compiles and autotuning)."""
     impl = {n: timings.get(f"impl:{n}", 0.0) for n in impl_names}
@@ -58,9 +67,6 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
-
-
-SHARD_BY = ("case", "shape")
 
 
 def compile_key(case: Case) -> tuple:
@@ -79,7 +85,8 @@ def shard(cases: list[Case], k: int, n: int, by: str = "case") -> list[Case]:
         return [c for c in cases if int(c.case_id, 16) % n == k - 1]
     groups: dict[tuple, int] = {}
     for c in cases:
-        groups[compile_key(c)] = groups.get(compile_key(c), 0) + 1
+        key = compile_key(c)
+        groups[key] = groups.get(key, 0) + 1
     load, owner = [0] * n, {}
     for key, size in sorted(groups.items(), key=lambda kv: (-kv[1], repr(kv[0]))):
         j = min(range(n), key=lambda i: (load[i], i))
