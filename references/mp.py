@@ -23,12 +23,8 @@ def row(inp: Inputs, index: int, dps: int = DEFAULT_DPS) -> dict[str, list]:
     """All per-element quantities of one row (flattened leading index) as mpf lists."""
     hsz = inp.hidden
     with mpmath.workdps(dps):
-        x = _mp(inp.x.reshape(-1, hsz)[index])
-        t = _mp(inp.gate.reshape(-1, hsz)[index])
-        dy = _mp(inp.dy.reshape(-1, hsz)[index])
-        w = _mp(inp.weight)
-        g = [wi + 1 for wi in w] if inp.zero_centered_gamma else w
-        r = 1 / mpmath.sqrt(mpmath.fsum(xi * xi for xi in x) / hsz + mpmath.mpf(inp.eps))
+        p = _row_parts(inp, index, need_c=False)
+        x, t, dy, g, r = p["x"], p["t"], p["dy"], p["g"], p["r"]
         xhat = [xi * r for xi in x]
         n = [a * b for a, b in zip(xhat, g)]
         s = [1 / (1 + mpmath.exp(-ti)) for ti in t]
@@ -47,9 +43,9 @@ def row(inp: Inputs, index: int, dps: int = DEFAULT_DPS) -> dict[str, list]:
 
 
 def _row_parts(inp: Inputs, index: int, need_c: bool) -> dict:
-    """The per-row pieces `element` needs: inputs as mpf, r = rsqrt(mean(x^2) + eps) and, for dx
-    only, c = mean(dxhat * xhat) (every element's exp: the expensive part). Same operations, in
-    the same order, as `row` (so the values are the same mpf)."""
+    """The per-row pieces `_element` needs (and `row` starts from): inputs as mpf, r = rsqrt(mean(x^2)
+    + eps) and, for dx only, c = mean(dxhat * xhat) (every element's exp: the expensive part), by
+    the same operations in the same order as `row` (so the values are the same mpf)."""
     hsz = inp.hidden
     x = _mp(inp.x.reshape(-1, hsz)[index])
     w = _mp(inp.weight)
@@ -57,19 +53,18 @@ def _row_parts(inp: Inputs, index: int, need_c: bool) -> dict:
              "g": [wi + 1 for wi in w] if inp.zero_centered_gamma else w,
              "r": 1 / mpmath.sqrt(mpmath.fsum(xi * xi for xi in x) / hsz + mpmath.mpf(inp.eps))}
     if need_c:
-        full = _full_row(parts, hsz)
-        parts["c"] = full["c"]
+        parts["c"] = _row_c(parts, hsz)
     return parts
 
 
-def _full_row(p: dict, hsz: int) -> dict:
+def _row_c(p: dict, hsz: int):
     r, x, t, dy, g = p["r"], p["x"], p["t"], p["dy"], p["g"]
     xhat = [xi * r for xi in x]
     s = [1 / (1 + mpmath.exp(-ti)) for ti in t]
     silu = [ti * si for ti, si in zip(t, s)]
     dn = [a * b for a, b in zip(dy, silu)]
     dxhat = [a * b for a, b in zip(dn, g)]
-    return {"c": mpmath.fsum(a * b for a, b in zip(dxhat, xhat)) / hsz}
+    return mpmath.fsum(a * b for a, b in zip(dxhat, xhat)) / hsz
 
 
 def _element(p: dict, output: str, j: int):
