@@ -87,15 +87,18 @@ def intermediates(inp: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
     return xhat * g, _f64(inp.dy) * silu_parts(t)[1]
 
 
-def intermediates_on_use(inp: Inputs) -> dict:
-    """Recipes for Derived: n and dn, computed together once, on the first use of either."""
+def completed_on_use(inp: Inputs, values: dict, gauges: dict) -> tuple["Derived", "Derived"]:
+    """What exact_outputs returns, from a pass that wrote only the values of y, dx, dgate, dweight
+    and the gauges of dx, dgate, dweight: n and dn (computed together, once) and the |value|
+    gauges of y, n, dn follow on first use."""
     memo: list = []
 
-    def get(i: int) -> torch.Tensor:
+    def inter(i: int) -> torch.Tensor:
         if not memo:
             memo.append(intermediates(inp))
         return memo[0][i]
-    return {"n": lambda: get(0), "dn": lambda: get(1)}
+    vals = Derived(values, n=lambda: inter(0), dn=lambda: inter(1))
+    return vals, Derived(gauges, y=lambda: vals["y"].abs(), n=lambda: vals["n"].abs(), dn=lambda: vals["dn"].abs())
 
 
 class Derived(dict):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from references.exact import Derived, Inputs, intermediates_on_use
+from references.exact import Inputs, completed_on_use
 
 try:
     import triton
@@ -110,9 +110,6 @@ def exact_outputs_triton(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str
     _golden_rows[(progs,)](x, g, dy, inp.weight.contiguous(), eps, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
                            tokens, hidden, ZC=bool(inp.zero_centered_gamma), BLOCK=block, ROWS=rows,
                            num_warps=warps)
-    values = Derived({"y": y.reshape(shape), "dgate": dgate.reshape(shape), "dx": dx.reshape(shape),
-                      "dweight": dw_part.sum(0)},
-                     **intermediates_on_use(inp))
-    gauges = Derived({"dgate": dgate_g.reshape(shape), "dx": dx_g.reshape(shape), "dweight": dwg_part.sum(0)},
-                     y=lambda: values["y"].abs(), n=lambda: values["n"].abs(), dn=lambda: values["dn"].abs())
-    return values, gauges
+    return completed_on_use(inp, {"y": y.reshape(shape), "dgate": dgate.reshape(shape), "dx": dx.reshape(shape),
+                                  "dweight": dw_part.sum(0)},
+                            {"dgate": dgate_g.reshape(shape), "dx": dx_g.reshape(shape), "dweight": dwg_part.sum(0)})
