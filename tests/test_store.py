@@ -169,34 +169,34 @@ def test_every_flipped_byte_is_rejected_or_harmless(tmp_path):
     assert rejected > 0.75 * tried          # the rest are zip bytes that do not reach any data
 
 
-def test_tampered_array_with_valid_zip_fails_checksum(tmp_path):
+def _load_after_edit(tmp_path, edit):
+    """Store one case, rewrite its .npz (a valid zip) with `edit` applied to its arrays, load it back."""
     inp = _inputs()
     cached_build(inp, PARAMS, tmp_path)
     key = key_for(inp, PARAMS)
     path = path_for(tmp_path, key)
     with np.load(path, allow_pickle=False) as z:
         files = {k: z[k] for k in z.files}
-    files["golden.y.bf16"] = files["golden.y.bf16"].copy()
-    files["golden.y.bf16"][0, 0] = np.nextafter(files["golden.y.bf16"][0, 0], np.inf)
+    edit(files)
     with open(path, "wb") as f:
         np.savez(f, **files)
-    refs, reason = load_checked(tmp_path, key, inp)
+    return load_checked(tmp_path, key, inp)
+
+
+def test_tampered_array_with_valid_zip_fails_checksum(tmp_path):
+    def nudge_golden(files):
+        files["golden.y.bf16"] = files["golden.y.bf16"].copy()
+        files["golden.y.bf16"][0, 0] = np.nextafter(files["golden.y.bf16"][0, 0], np.inf)
+    refs, reason = _load_after_edit(tmp_path, nudge_golden)
     assert refs is None and "checksum" in reason
 
 
 def test_tampered_metadata_counts_fail_checksum(tmp_path):
-    inp = _inputs()
-    cached_build(inp, PARAMS, tmp_path)
-    key = key_for(inp, PARAMS)
-    path = path_for(tmp_path, key)
-    with np.load(path, allow_pickle=False) as z:
-        files = {k: z[k] for k in z.files}
-    meta = json.loads(str(files["meta"][()]))
-    meta["golden"]["y:bf16"]["flagged"] += 1
-    files["meta"] = np.array(json.dumps(meta))
-    with open(path, "wb") as f:
-        np.savez(f, **files)
-    refs, reason = load_checked(tmp_path, key, inp)
+    def bump_flagged(files):
+        meta = json.loads(str(files["meta"][()]))
+        meta["golden"]["y:bf16"]["flagged"] += 1
+        files["meta"] = np.array(json.dumps(meta))
+    refs, reason = _load_after_edit(tmp_path, bump_flagged)
     assert refs is None and "checksum" in reason
 
 
