@@ -1,7 +1,17 @@
 import torch
 import pytest
 
+from cases.case import Case
 from references.exact import Inputs
+
+
+def make_case(**kw) -> Case:
+    """A bf16 4x32 case of the default distributions, with `kw` overriding any field."""
+    base = dict(dtype="bf16", gate_dtype="bf16", weight_dtype="bf16", shape=(4, 32),
+                zero_centered_gamma=False, eps=1e-5, x_dist="standard", gate_dist="normal",
+                gamma_dist="one", seed=0)
+    base.update(kw)
+    return Case(**base)
 
 
 def make_inputs(shape, dtype=torch.bfloat16, zc=False, gate_scale=3.0, gate_shift=0.0, seed=0,

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cases.case import Case
+from tests.conftest import make_case
 from cases.generate import generate
 from cases.suite import load_suite, parse_suite, resolve_suite_path
 from harness.errors import UsageError
@@ -127,20 +128,12 @@ def test_case_ids_stable_across_processes():
     assert json.loads(res.stdout.strip().splitlines()[-1]) == here
 
 
-def _case(**kw) -> Case:
-    base = dict(dtype="bf16", gate_dtype="bf16", weight_dtype="bf16", shape=(4, 32),
-                zero_centered_gamma=False, eps=1e-5, x_dist="standard", gate_dist="normal",
-                gamma_dist="one", seed=0)
-    base.update(kw)
-    return Case(**base)
-
-
 def test_case_id_depends_on_every_parameter():
-    c = _case()
-    assert c.case_id == _case().case_id
-    variants = [_case(seed=1), _case(eps=1e-6), _case(shape=(4, 33)), _case(dtype="fp16", gate_dtype="fp16",
-                weight_dtype="fp16"), _case(gate_dtype="fp32"), _case(zero_centered_gamma=True),
-                _case(x_dist="large"), _case(gate_dist="negative"), _case(gamma_dist="outlier")]
+    c = make_case()
+    assert c.case_id == make_case().case_id
+    variants = [make_case(seed=1), make_case(eps=1e-6), make_case(shape=(4, 33)), make_case(dtype="fp16", gate_dtype="fp16",
+                weight_dtype="fp16"), make_case(gate_dtype="fp32"), make_case(zero_centered_gamma=True),
+                make_case(x_dist="large"), make_case(gate_dist="negative"), make_case(gamma_dist="outlier")]
     ids = {v.case_id for v in variants}
     assert c.case_id not in ids and len(ids) == len(variants)
 
@@ -149,7 +142,7 @@ def test_case_id_depends_on_every_parameter():
     ("bf16", "bf16", "bf16"), ("fp16", "fp32", "fp16"), ("fp32", "fp32", "fp32"), ("bf16", "fp32", "fp32")])
 @pytest.mark.parametrize("x_dist", ["standard", "large", "tiny", "subnormal", "zero_row", "outlier"])
 def test_generated_inputs_exact_in_dtype_and_deterministic(dtype, gate_dtype, weight_dtype, x_dist):
-    c = _case(dtype=dtype, gate_dtype=gate_dtype, weight_dtype=weight_dtype, x_dist=x_dist,
+    c = make_case(dtype=dtype, gate_dtype=gate_dtype, weight_dtype=weight_dtype, x_dist=x_dist,
               gamma_dist="outlier")
     a, b = generate(c), generate(c)
     for name, t, fmtname in (("x", a.x, dtype), ("gate", a.gate, gate_dtype), ("weight", a.weight, weight_dtype),
@@ -166,14 +159,14 @@ def test_generated_inputs_exact_in_dtype_and_deterministic(dtype, gate_dtype, we
 
 
 def test_dy_follows_activation_dtype():
-    c = _case(weight_dtype="fp32")
+    c = make_case(weight_dtype="fp32")
     assert generate(c).dy.dtype == torch.bfloat16
     assert generate(c, act_follows="weight").dy.dtype == torch.float32
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_gate_distributions(dtype):
-    g = {d: generate(_case(dtype=dtype, gate_dtype=dtype, weight_dtype=dtype, shape=(8, 96), gate_dist=d)).gate.double()
+    g = {d: generate(make_case(dtype=dtype, gate_dtype=dtype, weight_dtype=dtype, shape=(8, 96), gate_dist=d)).gate.double()
          for d in ("saturating", "underflow", "negative", "large_positive", "tiny")}
     assert ((g["saturating"] >= -87) & (g["saturating"] <= -20)).all()
     assert (g["underflow"] < -87).all()
@@ -185,7 +178,7 @@ def test_gate_distributions(dtype):
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("shape", [(4, 32), (32,), (2, 3, 16)])
 def test_zero_row(dtype, shape):
-    x = generate(_case(dtype=dtype, gate_dtype=dtype, weight_dtype=dtype, shape=shape, x_dist="zero_row")).x
+    x = generate(make_case(dtype=dtype, gate_dtype=dtype, weight_dtype=dtype, shape=shape, x_dist="zero_row")).x
     rows = x.reshape(-1, shape[-1])
     assert (rows[0] == 0).all()
     if rows.shape[0] > 1:
@@ -194,40 +187,40 @@ def test_zero_row(dtype, shape):
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_large_x(dtype):
-    x = generate(_case(dtype=dtype, gate_dtype=dtype, weight_dtype=dtype, shape=(4, 128), x_dist="large")).x.double()
+    x = generate(make_case(dtype=dtype, gate_dtype=dtype, weight_dtype=dtype, shape=(4, 128), x_dist="large")).x.double()
     assert ((x.abs() >= 128) & (x.abs() <= 256)).all()
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
 def test_subnormal_x(dtype):
     f = fmt_of(dtype)
-    x = generate(_case(dtype=dtype, gate_dtype=dtype, weight_dtype=dtype, shape=(4, 128), x_dist="subnormal")).x.double()
+    x = generate(make_case(dtype=dtype, gate_dtype=dtype, weight_dtype=dtype, shape=(4, 128), x_dist="subnormal")).x.double()
     assert (x.abs() < 2.0 ** f.emin).all()
     assert (x != 0).any()
 
 
 def test_subnormal_x_bf16_stays_subnormal():
     f = fmt_of("bf16")
-    x = generate(_case(shape=(4, 128), x_dist="subnormal")).x.double()
+    x = generate(make_case(shape=(4, 128), x_dist="subnormal")).x.double()
     assert (x.abs() < 2.0 ** f.emin).all()
 
 
 def test_regime():
-    assert _case().regime == "normal"
-    assert _case(gate_dist="negative").regime == "normal"
-    assert _case(x_dist="zero_row").regime == "normal"
-    assert _case(x_dist="outlier").regime == "normal"
+    assert make_case().regime == "normal"
+    assert make_case(gate_dist="negative").regime == "normal"
+    assert make_case(x_dist="zero_row").regime == "normal"
+    assert make_case(x_dist="outlier").regime == "normal"
     for kw in (dict(x_dist="large"), dict(x_dist="tiny"), dict(x_dist="subnormal"),
                dict(gate_dist="saturating"), dict(gate_dist="underflow"), dict(eps=0.1), dict(eps=0.3)):
-        assert _case(**kw).regime == "extreme", kw
-    assert _case(eps=0.099).regime == "normal"
+        assert make_case(**kw).regime == "extreme", kw
+    assert make_case(eps=0.099).regime == "normal"
 
 
 @pytest.mark.parametrize("c", [
-    _case(),
-    _case(dtype="fp16", gate_dtype="fp32", weight_dtype="bf16", shape=(2, 2, 2, 64), zero_centered_gamma=True,
+    make_case(),
+    make_case(dtype="fp16", gate_dtype="fp32", weight_dtype="bf16", shape=(2, 2, 2, 64), zero_centered_gamma=True,
           eps=0.3, x_dist="outlier", gate_dist="underflow", gamma_dist="outlier", seed=12),
-    _case(shape=(256,), eps=1e-6, gamma_dist="zero", seed=3),
+    make_case(shape=(256,), eps=1e-6, gamma_dist="zero", seed=3),
 ])
 def test_to_toml_round_trips(c):
     s = parse_suite(c.to_toml(), P)

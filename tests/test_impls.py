@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cases.case import Case
+from tests.conftest import make_case
 from cases.generate import generate
 from harness.analysis.check import check
 from harness.errors import UsageError
@@ -38,14 +39,6 @@ def write_module(tmp_path, monkeypatch, body: str) -> str:
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
     monkeypatch.syspath_prepend(str(tmp_path))
     return name
-
-
-def _case(**kw) -> Case:
-    base = dict(dtype="bf16", gate_dtype="bf16", weight_dtype="bf16", shape=(4, 32),
-                zero_centered_gamma=False, eps=1e-5, x_dist="standard", gate_dist="normal",
-                gamma_dist="one", seed=0)
-    base.update(kw)
-    return Case(**base)
 
 
 def rows_for(impl: Implementation, case: Case, tmp_path=Path("/tmp")) -> list[dict]:
@@ -75,7 +68,7 @@ def test_plugin_defaults_to_chain(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, GOOD_BODY.replace('make.rounding = "chain"', ""))
     impl = registry.load_plugin(f"p={mod}:make")
     assert impl.rounding == "chain" and impl.act_follows == "x" and impl.devices == ("cpu", "cuda")
-    rows = rows_for(impl, _case(), tmp_path)
+    rows = rows_for(impl, make_case(), tmp_path)
     assert len(rows) == 8 and {r["status"] for r in rows} == {"pass"}
 
 
@@ -119,7 +112,7 @@ def test_duplicate_names():
 def test_factory_raises(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, "def make(h, **kw):\n    raise ValueError('no such size')\n")
     impl = registry.load_plugin(f"p={mod}:make")
-    outcome, rows = checked(impl, _case())
+    outcome, rows = checked(impl, make_case())
     assert outcome.error == "factory raised ValueError: no such size"
     assert len(rows) == 8 and {r["status"] for r in rows} == {"error"}
     assert {r["reason"] for r in rows} == {"factory raised ValueError: no such size"}
@@ -134,7 +127,7 @@ def test_module_without_weight(tmp_path, monkeypatch):
         def make(h, **kw):
             return M()
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), _case())
+    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
     assert outcome.error == "module has no `weight` parameter"
     assert {r["status"] for r in rows} == {"error"}
 
@@ -151,7 +144,7 @@ def test_weight_wrong_shape(tmp_path, monkeypatch):
         def make(h, *, dtype, **kw):
             return M(h, dtype)
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), _case())
+    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
     assert outcome.error == "weight shape (33,), expected (32,)"
 
 
@@ -164,7 +157,7 @@ def test_raises_in_forward(tmp_path, monkeypatch):
         def make(h, *, eps, zero_centered_gamma, dtype, device):
             return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), _case())
+    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
     assert outcome.error == "raised RuntimeError: kernel launch failed"
     assert {r["status"] for r in rows} == {"error"}
 
@@ -183,7 +176,7 @@ def make(h, *, eps, zero_centered_gamma, dtype, device):
 
 def test_wrong_dgate_dtype_is_a_fail_row(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, GATE_CAST)
-    case = _case(gate_dtype="fp32")
+    case = make_case(gate_dtype="fp32")
     outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), case)
     assert outcome.error is None
     assert outcome.problems == {"dgate": "dgate dtype bfloat16, expected float32"}
@@ -204,7 +197,7 @@ def test_wrong_y_dtype_is_a_fail_row(tmp_path, monkeypatch):
         def make(h, *, eps, zero_centered_gamma, dtype, device):
             return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), _case())
+    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
     assert outcome.problems == {"y": "y dtype float32, expected bfloat16"}
     y = [r for r in rows if r["output"] == "y"]
     assert {r["status"] for r in y} == {"fail"} and {r["reason"] for r in y} == {outcome.problems["y"]}
@@ -223,7 +216,7 @@ def test_missing_gradient_is_a_fail_row(tmp_path, monkeypatch):
         def make(h, *, dtype, **kw):
             return M(h, dtype)
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), _case())
+    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
     assert outcome.problems["dweight"] == "gradient missing (None)"
     dw = [r for r in rows if r["output"] == "dweight"]
     assert {r["status"] for r in dw} == {"fail"}
@@ -243,7 +236,7 @@ def make(h, *, eps, zero_centered_gamma, dtype, device):
 def test_wrong_y_shape_outcome(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, WRONG_SHAPE)
     impl = registry.load_plugin(f"p={mod}:make")
-    inp = generate(_case())
+    inp = generate(make_case())
     outcome = run_impl(impl, inp, torch.bfloat16, "cpu")
     assert outcome.error is None
     assert set(outcome.problems.values()) == {"y shape (128,), expected (4, 32)"} and len(outcome.problems) == 4
@@ -251,7 +244,7 @@ def test_wrong_y_shape_outcome(tmp_path, monkeypatch):
 
 def test_wrong_y_shape_gives_fail_rows(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, WRONG_SHAPE)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), _case())
+    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
     assert len(rows) == 8 and {r["status"] for r in rows} == {"fail"}
     assert {r["reason"] for r in rows} == {"y shape (128,), expected (4, 32)"}
 
@@ -269,7 +262,7 @@ def test_nan_output_where_reference_finite_fails(tmp_path, monkeypatch):
         def make(h, *, eps, zero_centered_gamma, dtype, device):
             return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), _case())
+    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
     y = [r for r in rows if r["output"] == "y"]
     assert len(y) == 2
     for r in y:
@@ -343,9 +336,9 @@ def test_te_adapter_declarations():
 
 
 @pytest.mark.parametrize("case", [
-    _case(),
-    _case(zero_centered_gamma=True, gamma_dist="zero", gate_dist="negative"),
-    _case(weight_dtype="fp32", gate_dtype="fp32"),        # activation dtype follows the fp32 weight
+    make_case(),
+    make_case(zero_centered_gamma=True, gamma_dist="zero", gate_dist="negative"),
+    make_case(weight_dtype="fp32", gate_dtype="fp32"),        # activation dtype follows the fp32 weight
 ])
 def test_te_adapter_against_standin_passes(case):
     impl = te_adapter.implementation(te_ops=STANDIN)
@@ -384,11 +377,11 @@ def test_te_unavailable_here():
 # ---------------------------------------------------------------- built-ins on the CPU
 
 CPU_CASES = [
-    _case(),
-    _case(dtype="fp16", gate_dtype="fp32", weight_dtype="fp16", zero_centered_gamma=True, gamma_dist="zero",
+    make_case(),
+    make_case(dtype="fp16", gate_dtype="fp32", weight_dtype="fp16", zero_centered_gamma=True, gamma_dist="zero",
           gate_dist="negative", shape=(2, 3, 16)),
-    _case(dtype="fp32", gate_dtype="fp32", weight_dtype="fp32", shape=(8, 24)),
-    _case(gate_dist="underflow", x_dist="zero_row", shape=(4, 16)),
+    make_case(dtype="fp32", gate_dtype="fp32", weight_dtype="fp32", shape=(8, 24)),
+    make_case(gate_dist="underflow", x_dist="zero_row", shape=(4, 16)),
 ]
 
 
