@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from references.certify import Certified, certify
-from references.exact import OUTPUTS, Inputs, exact_outputs
+from references.exact import Inputs, exact_outputs
 from references.formats import Format
 from references.models import exact_allowance, model_reference
 
@@ -49,9 +49,5 @@ def build(inp: Inputs) -> CaseReferences:
     # On a GPU the compiled single-pass version (references/fast.py) is ~7x faster on big cases; a
     # compile per shape costs seconds, so small cases (and the CPU) keep the eager closed forms.
     from references.fast import exact_outputs_fused, worth_fusing
-    if worth_fusing(inp.x):
-        values, gauges = exact_outputs_fused(inp)
-    else:
-        values, gauges = exact_outputs(inp)
-        values = {k: values[k] for k in (*OUTPUTS, "n", "dn")}
+    values, gauges = exact_outputs_fused(inp) if worth_fusing(inp.x) else exact_outputs(inp)
     return CaseReferences(inp, values, gauges)
