@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# Eighth H200 batch — NOT RUN YET (prepared 2026-11-29 for the next session with device time):
-# the hand-written Triton reference against the floor, the warm exhaustive time after run 7's
-# certification change, and `full` with --shard-by shape (each compile / autotuning in one worker).
+# Eighth H200 batch (bench/RESULTS.md, run 8), in two calls:
+#   bash bench/gpu_run8.sh full  — `full` for torch, torch-compile, fla with --jobs 16 --shard-by shape,
+#                                  cold caches, then again warm (same machine), with pair timings
+#   bash bench/gpu_run8.sh ref   — the float64 reference kernels against the floor, their GPU tests,
+#                                  and the warm exhaustive times after run 7's certification change
 set -uo pipefail
 O=${OUT:-out/gpu8}; mkdir -p "$O"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-date -u > "$O/env.txt"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
+  date -u; } >> "$O/env.txt" 2>&1
 run() { local name=$1 t=$2; shift 2; local s=$(date +%s.%N)
   timeout "$t" "$@" > "$O/$name.txt" 2>&1; local rc=$?
   echo "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N)-$s,1))") s" | tee -a "$O/env.txt"; grep -v '^exhaustive: \|^\[' "$O/$name.txt" | tail -${TAILN:-6}; }
-run ref_bench 90 python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 --triton --profile
-python3 -m pytest -q tests/test_triton_reference.py tests/test_fast_reference.py > "$O/gpu_tests.txt" 2>&1; tail -2 "$O/gpu_tests.txt"
-run exh_bf16 90 python3 bench/bench_exhaustive.py --dtype bf16 --device cuda
-run exh_fp16 80 python3 bench/bench_exhaustive.py --dtype fp16 --device cuda
-TAILN=4 run full ${T_FULL:-300} python3 -m harness run --impl torch --impl torch-compile --impl fla --cases full --device cuda --out "$O/full" --jobs 16 --shard-by shape --no-report
-cp "$O/full/summary.csv" "$O/full-summary.csv" 2>/dev/null; cp "$O/full/timing.csv" "$O/full-timing.csv" 2>/dev/null; rm -rf "$O/full"
+sweep() { local name=$1 t=$2
+  TAILN=4 run "$name" "$t" python3 -m harness run --impl torch --impl torch-compile --impl fla --cases full \
+    --device cuda --out "$O/$name" --jobs ${JOBS:-16} --shard-by ${BY:-shape} --no-report
+  for f in summary.csv timing.csv pair-timing.csv; do cp "$O/$name/$f" "$O/$name-$f" 2>/dev/null; done
+  grep -h "exit\|did not" "$O/$name.txt" | head -40 > "$O/$name-jobs.txt"; rm -rf "$O/$name"; }
+case "${1:-}" in
+  full) sweep full_cold ${T_COLD:-320}; sweep full_warm ${T_WARM:-230} ;;
+  ref)  run ref_bench 150 python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 --triton --profile
+        python3 -m pytest -q tests/test_triton_reference.py tests/test_fast_reference.py > "$O/gpu_tests.txt" 2>&1; tail -2 "$O/gpu_tests.txt"
+        run exh_bf16 90 python3 bench/bench_exhaustive.py --dtype bf16 --device cuda
+        run exh_fp16 80 python3 bench/bench_exhaustive.py --dtype fp16 --device cuda ;;
+  *) echo "usage: bash bench/gpu_run8.sh full|ref"; exit 2 ;;
+esac

@@ -3,7 +3,7 @@ passed on) run at once, their results merged in suite order.
 
 Why processes: most of a GPU sweep's time is the implementations' own compiles (Inductor, Triton)
 and autotuning for each new shape, which are CPU-bound and serial within one process. Each worker
-writes its own results under OUT/jobs/K-of-N/ (results.csv, timing.csv, log.txt), so a worker that
+writes its own results under OUT/jobs/K-of-N/ (results.csv, timing.csv, pair-timing.csv, log.txt), so a worker that
 dies loses nothing already written and `--resume` picks up there. All workers share the device:
 on one GPU, N CUDA contexts and N cases' references must fit in its memory (an out-of-memory case
 becomes an `error` row, as in one process)."""
@@ -64,6 +64,7 @@ def _prepare(out_dir: Path, n: int, resume: bool) -> None:
     if not resume:
         shutil.rmtree(jobs, ignore_errors=True)
         (out_dir / "results.csv").unlink(missing_ok=True)
+        (out_dir / "pair-timing.csv").unlink(missing_ok=True)
         return
     earlier = sorted(p.name for p in jobs.iterdir() if p.is_dir()) if jobs.is_dir() else []
     want = {f"{k}-of-{n}" for k in range(1, n + 1)}
@@ -86,11 +87,23 @@ def _complete(df: pd.DataFrame | None, expected: set[tuple[str, str]]) -> bool:
     return all(counts.get(pair, 0) >= ROWS_PER_PAIR for pair in expected)
 
 
+def _as_they_finish(procs: list[tuple]):
+    """(k, dir, process, exit code) in the order the workers finish (so the logged times are theirs)."""
+    pending = list(procs)
+    while pending:
+        done = [(k, d, p) for k, d, p in pending if p.poll() is not None]
+        for item in done:
+            pending.remove(item)
+            yield (*item, item[2].returncode)
+        if not done:
+            time.sleep(0.1)
+
+
 def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], out_dir: Path,
              log: Callable[[str], None]) -> tuple[pd.DataFrame, dict[str, float], list[int]]:
     """Run the shards, wait, merge. Returns the merged results (suite order), the stage timings
     summed over the workers ('wall' is this run's elapsed time) and the jobs that did not finish."""
-    from harness.runner import add_time, compile_key, read_timings, shard
+    from harness.runner import PAIR_TIMING, add_time, compile_key, read_timings, shard
     by = args.shard_by or "case"
     n = min(args.jobs, max(len(cases), 1))
     if by == "shape":                                        # no more workers than compile keys
@@ -110,9 +123,8 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
             p.kill()
         raise UsageError(f"--jobs: cannot start a worker ({e})") from None
     log(f"harness: {n} jobs, logs in {out_dir / 'jobs'}/K-of-{n}/log.txt")
-    frames, timings, failed = [], {}, []
-    for k, d, p in procs:
-        rc = p.wait()
+    frames, pair_times, timings, failed = [], [], {}, []
+    for k, d, p, rc in _as_they_finish(procs):
         log(f"harness: job {k}/{n} exit {rc} after {time.time() - t0:.1f} s")
         part = read_results(d / "results.csv") if (d / "results.csv").is_file() else None
         if part is not None:
@@ -121,12 +133,16 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
         if rc not in (0, 1) or not _complete(part, expected):
             failed.append(k)
             log(f"harness: job {k}/{n} did not finish its cases: {_last_line(d / 'log.txt')}")
+        if (d / PAIR_TIMING).is_file():
+            pair_times.append(pd.read_csv(d / PAIR_TIMING, dtype={"case_id": str}).assign(job=k))
         if (d / "timing.csv").is_file():
             for stage, sec in read_timings(d / "timing.csv").items():
                 if stage != "wall":
                     add_time(timings, stage, sec)
     timings["wall"] = time.time() - t0
     timings["jobs"] = n
+    if pair_times:
+        pd.concat(pair_times, ignore_index=True).sort_values("job", kind="stable").to_csv(out_dir / PAIR_TIMING, index=False)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if len(df):
         order = {c.case_id: i for i, c in enumerate(cases)}

@@ -55,6 +55,14 @@ def test_jobs_equal_one_process(capsys, tmp_path, suite, child_path, by):
     t = pd.read_csv(two / "timing.csv").set_index("stage")["seconds"]
     assert {"wall", "references", "analysis", "impl:torch", "impl:torch-fused"} <= set(t.index)
     assert (t > 0).all() and "harness: time " in err
+    for out, jobs in ((one, None), (two, {1, 2})):                    # one line per pair, its stages
+        pt = pd.read_csv(out / "pair-timing.csv", dtype={"case_id": str})
+        assert sorted(zip(pt.case_id, pt.impl)) == sorted(zip(a.case_id, a.impl))[::len(a) // len(pt)]
+        assert len(pt) == len(a) // 8 and (pt.impl_seconds > 0).all() and (pt.analysis > 0).all()
+        assert pt.groupby("case_id").references.apply(lambda r: (r > 0).sum()).eq(1).all()
+        assert pt.references.sum() == pytest.approx(pd.read_csv(out / "timing.csv").set_index("stage")
+                                                    ["seconds"]["references"], abs=1e-4)
+        assert jobs is None or set(pt.job) == jobs
 
 
 def test_dead_worker_keeps_the_rest_and_exits_2(capsys, tmp_path, suite, child_path):
