@@ -85,21 +85,25 @@ def main():
         for e in sorted(prof.key_averages(), key=lambda e: -getattr(e, "device_time_total", 0))[:6]:
             print(f"  kernel {e.key[:70]}: {getattr(e, 'device_time_total', 0) / 3 / 1e3:.3f} ms a call")
     if a.triton:
-        from references.triton_reference import exact_outputs_triton
-        t0 = time.perf_counter()
-        exact_outputs_triton(inp)
-        sync(a.device)
-        t_c3 = time.perf_counter() - t0
-        t_tri = timed(lambda: exact_outputs_triton(inp), a.device)
-        vt, _ = exact_outputs_triton(inp)
+        from references.triton_reference import exact_outputs_triton, launch_shape
         vf, gf = exact_outputs_fused(inp)
         bnd0 = float64_error_bound(inp)
-        agree = all(bool(torch.all((vt[k] - vf[k]).abs() <= 2 * bnd0[k] * gf[k] + 1e-300))
-                    for k in ("y", "dx", "dgate", "dweight"))
-        print(f"exact_outputs_triton (one hand-written pass): {t_tri * 1e3:.2f} ms = {100 * floor_s / t_tri:.0f}% "
-              f"of the floor (first call incl. JIT {t_c3:.1f} s; its own traffic "
-              f"{100 * fused_bytes / bw / t_tri:.0f}% of copy bandwidth; agrees with the fused pass: {agree})")
-        del vt, vf, gf
+        for chunk, warps in ((None, None), (512, 4), (1024, 8), (2048, 8), (4096, 16)):
+            cfg = launch_shape(a.tokens, a.hidden, inp.x.device, chunk, warps)
+            t0 = time.perf_counter()
+            exact_outputs_triton(inp, chunk, warps)
+            sync(a.device)
+            t_c3 = time.perf_counter() - t0
+            t_tri = timed(lambda: exact_outputs_triton(inp, chunk, warps), a.device)
+            vt, _ = exact_outputs_triton(inp, chunk, warps)
+            agree = all(bool(torch.all((vt[k] - vf[k]).abs() <= 2 * bnd0[k] * gf[k] + 1e-300))
+                        for k in ("y", "dx", "dgate", "dweight"))
+            print(f"exact_outputs_triton (one hand-written pass; chunk {cfg[0]}, {cfg[1]} rows x {cfg[2]} "
+                  f"programs, {cfg[3]} warps): {t_tri * 1e3:.2f} ms = {100 * floor_s / t_tri:.0f}% of the floor "
+                  f"(first call incl. JIT {t_c3:.1f} s; its own traffic {100 * fused_bytes / bw / t_tri:.0f}% "
+                  f"of copy bandwidth; agrees with the fused pass: {agree})")
+            del vt
+        del vf, gf
     if a.tune:
         import references.fast as fast
         from torch._inductor import config as ic
