@@ -8,15 +8,14 @@ another order, and contract a*b+c into an FMA). Used for big tensors on CUDA (wo
 device, eps, zero_centred); if compilation or the compiled call fails, a warning is issued once and
 the eager implementation is used from then on for that key.
 
-`undecided_fast` is *exactly* the mask of references.certify.undecided: it evaluates the same
-float64 operations (v - b, v + b, the two exact roundings of references.formats.round_to, the
-comparison), but in one fused elementwise kernel that reads v and b once and writes one bool,
+`undecided_fast` is *exactly* the mask of references.certify.undecided: it compiles that function
+itself (v - b, v + b, the two exact roundings of references.formats.round_to, the comparison)
+into one fused elementwise kernel that reads v and b once and writes one bool,
 instead of ~20 eager passes over float64 arrays. Every step is exact (frexp/ldexp/division by a
 power of two, round-half-even, comparisons), so there is nothing for the compiler to reorder.
 """
 from __future__ import annotations
 
-import math
 import warnings
 
 import torch
@@ -149,30 +148,6 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
 
 # ---------------------------------------------------------------------------------- undecided mask
 
-def _round_body(v, precision: int, emin: int, fmax: float):
-    """references.formats.round_to (float64 in, float64 out), inlined for fusion.
-
-    The exponent comes straight from the float64 bits instead of frexp: for a normal float64,
-    biased_exponent - 1023 = floor(log2|v|) = frexp's e - 1; zero and float64 subnormals give
-    -1023 or less, which the clamp to emin (>= -126 for every target) turns into emin exactly as
-    round_to's where(v == 0, emin + 1) does. The quantum 2**(e - p + 1) is built from its bits too
-    (it is a normal float64 for every target), so no pow/ldexp is involved."""
-    a = v.abs()
-    e = torch.clamp((a.view(torch.int64) >> 52) - 1023, min=emin)
-    q = ((e - (precision - 1) + 1023) << 52).view(torch.float64)
-    r = torch.round(a / q) * q
-    r = torch.where(r > fmax, torch.full_like(r, math.inf), r)
-    r = torch.where(torch.isfinite(v), r, a)
-    return torch.copysign(r, v)
-
-
-def _undecided_body(v, b, precision: int, emin: int, fmax: float):
-    lo = _round_body(v - b, precision, emin, fmax)
-    hi = _round_body(v + b, precision, emin, fmax)
-    both_nan = torch.isnan(lo) & torch.isnan(hi)
-    return (lo != hi) & ~both_nan
-
-
 def _undecided_eager(v, b, fmt: Format):
     from references.certify import undecided
     return undecided(v, b, fmt)
@@ -193,10 +168,9 @@ def undecided_fast(value64: torch.Tensor, abs_bound: torch.Tensor, fmt: Format) 
             fn = _COMPILED.get(key)
             if fn is None:
                 _raise_recompile_limit()
-                p, emin, fmax = fmt.precision, fmt.emin, fmt.max
 
-                def body(v, b):
-                    return _undecided_body(v, b, p, emin, fmax)
+                def body(v, b):               # the format is a constant of the graph
+                    return _undecided_eager(v, b, fmt)
 
                 fn = torch.compile(body, dynamic=False, fullgraph=True)
                 _COMPILED[key] = fn
