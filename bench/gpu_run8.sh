@@ -2,6 +2,8 @@
 # Eighth H200 batch (bench/RESULTS.md, run 8), in two calls:
 #   bash bench/gpu_run8.sh full  — `full` for torch, torch-compile, fla with --jobs 16 --shard-by shape,
 #                                  cold caches, then again warm (same machine), with pair timings
+#   bash bench/gpu_run8.sh probe — first call vs steady call of fla and torch-compile per shape, in a
+#                                  fresh process twice (cold, then warm on-disk caches), autotuning printed
 #   bash bench/gpu_run8.sh ref   — the float64 reference kernels against the floor, their GPU tests,
 #                                  and the warm exhaustive times after run 7's certification change
 set -uo pipefail
@@ -21,9 +23,11 @@ sweep() { local name=$1 t=$2
   grep -h "exit\|did not" "$O/$name.txt" | head -40 > "$O/$name-jobs.txt"; rm -rf "$O/$name"; }
 case "${1:-}" in
   full) sweep full_cold ${T_COLD:-320}; sweep full_warm ${T_WARM:-230} ;;
+  probe) export TRITON_PRINT_AUTOTUNING=1; TAILN=40 run probe_cold 200 python3 bench/bench_first_call.py
+        TAILN=40 run probe_warm 150 python3 bench/bench_first_call.py ;;
   ref)  run ref_bench 150 python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 --triton --profile
         python3 -m pytest -q tests/test_triton_reference.py tests/test_fast_reference.py > "$O/gpu_tests.txt" 2>&1; tail -2 "$O/gpu_tests.txt"
         run exh_bf16 90 python3 bench/bench_exhaustive.py --dtype bf16 --device cuda
         run exh_fp16 80 python3 bench/bench_exhaustive.py --dtype fp16 --device cuda ;;
-  *) echo "usage: bash bench/gpu_run8.sh full|ref"; exit 2 ;;
+  *) echo "usage: bash bench/gpu_run8.sh full|probe|ref"; exit 2 ;;
 esac
