@@ -2,7 +2,7 @@
 forms: within float64_error_bound * gauge, NaN where they are NaN. On CUDA it runs the compiled
 kernel; on a CPU with Triton installed, Triton's interpreter (TRITON_INTERPRET=1, in a subprocess,
 since the variable is read at import); without Triton (the CI machine) it skips. (Triton 3.6's
-interpreter needs numpy < 2.3 for the kernel's runtime loop bounds; compiled, any numpy.)
+interpreter needs numpy < 2.3 for the kernel's runtime loop bounds; compiled, any numpy.)"""
 from __future__ import annotations
 
 import os
