@@ -20,7 +20,8 @@ sweep() { local name=$1 t=$2
   TAILN=4 run "$name" "$t" python3 -m harness run --impl torch --impl torch-compile --impl fla --cases full \
     --device cuda --out "$O/$name" --jobs ${JOBS:-16} --shard-by ${BY:-shape} --no-report
   for f in summary.csv timing.csv pair-timing.csv; do cp "$O/$name/$f" "$O/$name-$f" 2>/dev/null; done
-  grep -h "exit\|did not" "$O/$name.txt" | head -40 > "$O/$name-jobs.txt"; rm -rf "$O/$name"; }
+  grep -h "exit\|did not" "$O/$name.txt" | head -40 > "$O/$name-jobs.txt"
+  (cd "$O/$name" && tar czf "../$name-jobs.tgz" jobs/*/pair-timing.csv jobs/*/log.txt jobs/*/timing.csv 2>/dev/null); rm -rf "$O/$name"; }
 case "${1:-}" in
   full) sweep full_cold ${T_COLD:-320}; sweep full_warm ${T_WARM:-230} ;;
   probe) export TRITON_PRINT_AUTOTUNING=1; TAILN=40 run probe_cold 200 python3 bench/bench_first_call.py

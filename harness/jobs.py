@@ -43,8 +43,11 @@ def child_argv(args, device: str, k: int, n: int, out: Path) -> list[str]:
 
 def _child_env(n: int) -> dict:
     env = dict(os.environ)
-    # one Inductor compile pool per worker would oversubscribe the cores n times over
-    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // n)))
+    # a compile pool or an OpenMP team of all the cores in each of n workers would oversubscribe
+    # the cores n times over (the workers' CPU work: inputs, certification, Inductor compiles)
+    share = str(max(1, (os.cpu_count() or 1) // n))
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", share)
+    env.setdefault("OMP_NUM_THREADS", share)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

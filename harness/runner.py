@@ -90,23 +90,30 @@ def compile_key(case: Case) -> tuple:
     return (case.shape[-1], case.dtype, case.gate_dtype, case.weight_dtype)
 
 
+# What a compile key's first case costs next to each further case, for --shard-by shape balancing:
+# in `full` on an H200 (bench/RESULTS.md, run 8) a key cost ~35 s of compiles and autotuning
+# (fla + Inductor, 16 workers at once) and each case of it ~2 s more.
+KEY_COST_IN_CASES = 16
+
+
 def shard(cases: list[Case], k: int, n: int, by: str = "case") -> list[Case]:
     """Deterministic 1/n of the cases, k in 1..n: disjoint and complete over k.
 
     by="case": by case id. by="shape": every case of one compile_key in one shard (so each compile
-    and autotuning happens once, not once per shard), keys dealt largest first to the least loaded
-    shard. Both keep suite order within a shard."""
+    and autotuning happens once, not once per shard); keys dealt costliest first to the least
+    loaded shard, a key costing KEY_COST_IN_CASES + its number of cases. Both keep suite order
+    within a shard."""
     if by == "case":
         return [c for c in cases if int(c.case_id, 16) % n == k - 1]
     groups: dict[tuple, int] = {}
     for c in cases:
         key = compile_key(c)
-        groups[key] = groups.get(key, 0) + 1
+        groups[key] = groups.get(key, KEY_COST_IN_CASES) + 1
     load, owner = [0] * n, {}
-    for key, size in sorted(groups.items(), key=lambda kv: (-kv[1], repr(kv[0]))):
+    for key, cost in sorted(groups.items(), key=lambda kv: (-kv[1], repr(kv[0]))):
         j = min(range(n), key=lambda i: (load[i], i))
         owner[key] = j
-        load[j] += size
+        load[j] += cost
     return [c for c in cases if owner[compile_key(c)] == k - 1]
 
 

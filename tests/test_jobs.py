@@ -100,9 +100,12 @@ def test_shard_by_shape_keeps_compile_keys_together(n):
     order = {c.case_id: i for i, c in enumerate(cases)}
     for p in parts:
         assert [order[c.case_id] for c in p] == sorted(order[c.case_id] for c in p)
-    sizes = [len(p) for p in parts]
-    biggest = max(sum(compile_key(c) == key for c in cases) for key in owners)
-    assert max(sizes) - min(sizes) <= biggest                           # dealt to the least loaded
+    # dealt to the least loaded: shard costs (KEY_COST_IN_CASES per key + its cases) differ by at
+    # most the costliest key
+    from harness.runner import KEY_COST_IN_CASES
+    cost = [len({compile_key(c) for c in p}) * KEY_COST_IN_CASES + len(p) for p in parts]
+    biggest = max(KEY_COST_IN_CASES + sum(compile_key(c) == key for c in cases) for key in owners)
+    assert max(cost) - min(cost) <= biggest
 
 
 def test_shard_by_needs_shard_or_jobs(capsys, tmp_path, suite):
@@ -163,3 +166,15 @@ def test_report_shows_where_the_time_went(capsys, tmp_path, suite):
     html = (out / "report.html").read_text()
     t = pd.read_csv(out / "timing.csv").set_index("stage")["seconds"]
     assert f"references {t['references']:.1f} s" in html and "implementations" in html and "mpmath" in html
+
+
+def test_workers_share_the_cores(monkeypatch):
+    from harness.jobs import _child_env
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    env = _child_env(4)
+    assert env["OMP_NUM_THREADS"] == "4" and env["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
+    assert _child_env(32)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")                          # the user's choice stands
+    assert _child_env(4)["OMP_NUM_THREADS"] == "2"
