@@ -6,6 +6,7 @@
 #                                  fresh process twice (cold, then warm on-disk caches), autotuning printed
 #   bash bench/gpu_run8.sh ref   — the float64 reference kernels against the floor, their GPU tests,
 #                                  and the warm exhaustive times after run 7's certification change
+#   bash bench/gpu_run8.sh reftests — the reference kernels and their GPU tests only
 set -uo pipefail
 O=${OUT:-out/gpu8}; mkdir -p "$O"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -26,9 +27,10 @@ case "${1:-}" in
   full) sweep full_cold ${T_COLD:-320}; sweep full_warm ${T_WARM:-230} ;;
   probe) export TRITON_PRINT_AUTOTUNING=1; TAILN=40 run probe_cold 200 python3 bench/bench_first_call.py
         TAILN=40 run probe_warm 150 python3 bench/bench_first_call.py ;;
-  ref)  run ref_bench 150 python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 --triton --profile
+  ref|reftests) run ref_bench 150 python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 --triton --profile
         python3 -m pytest -q tests/test_triton_reference.py tests/test_fast_reference.py > "$O/gpu_tests.txt" 2>&1; tail -2 "$O/gpu_tests.txt"
+        [ "$1" = reftests ] && exit 0
         run exh_bf16 90 python3 bench/bench_exhaustive.py --dtype bf16 --device cuda
         run exh_fp16 80 python3 bench/bench_exhaustive.py --dtype fp16 --device cuda ;;
-  *) echo "usage: bash bench/gpu_run8.sh full|probe|ref"; exit 2 ;;
+  *) echo "usage: bash bench/gpu_run8.sh full|probe|ref|reftests"; exit 2 ;;
 esac
