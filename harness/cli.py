@@ -43,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true", help="skip finished case x impl pairs in --out")
     r.add_argument("--shard", help="K/N: run a deterministic 1/N of the cases")
     r.add_argument("--shard-by", choices=["case", "shape"], default=None,
-                   help="how --shard / --jobs split: by case id (default), or every case of one hidden "
-                        "size, dtypes, eps and gamma in one shard (each compile and autotuning once)")
+                   help="how --shard / --jobs split: by case id (--shard's default), or every case of "
+                        "one hidden size and dtype mix in one shard, so each compile and autotuning "
+                        "runs once (--jobs's default)")
     r.add_argument("--jobs", type=int, default=1,
                    help="N worker processes (shards K/N merged here): compiles and autotuning in parallel")
     r.add_argument("--max-examples", type=int, default=50, help="hypothesis: examples to try")

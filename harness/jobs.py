@@ -25,13 +25,18 @@ from harness.impls.base import Implementation
 from reports.results_io import read_results, write_results
 
 
+# Measured on an H200 (bench/RESULTS.md, run 8): `full` x 3 CUDA implementations with 16 jobs took
+# 293 s split by case (run 6: workers compiled and autotuned the same keys), 254 s split by shape.
+DEFAULT_SHARD_BY = "shape"
+
+
 def child_argv(args, device: str, k: int, n: int, out: Path) -> list[str]:
     """The `harness run` command line of worker k of n (the parent's options, one shard)."""
     argv = [sys.executable, "-m", "harness", "run"]
     for spec in args.impl:
         argv += ["--impl", spec]
     argv += ["--cases", args.cases, "--device", device, "--out", str(out), "--shard", f"{k}/{n}",
-             "--shard-by", args.shard_by or "case", "--no-report"]
+             "--shard-by", args.shard_by or DEFAULT_SHARD_BY, "--no-report"]
     if args.budgets:
         argv += ["--budgets", args.budgets]
     if args.golden:
@@ -107,7 +112,7 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
     """Run the shards, wait, merge. Returns the merged results (suite order), the stage timings
     summed over the workers ('wall' is this run's elapsed time) and the jobs that did not finish."""
     from harness.runner import PAIR_TIMING, add_time, compile_key, read_timings, shard
-    by = args.shard_by or "case"
+    by = args.shard_by or DEFAULT_SHARD_BY
     n = min(args.jobs, max(len(cases), 1))
     if by == "shape":                                        # no more workers than compile keys
         n = min(n, len({compile_key(c) for c in cases}))

@@ -40,7 +40,7 @@ def child_path(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
-@pytest.mark.parametrize("by", [[], ["--shard-by", "shape"]])
+@pytest.mark.parametrize("by", [["--shard-by", "case"], []])            # [] = by shape
 def test_jobs_equal_one_process(capsys, tmp_path, suite, child_path, by):
     one, two = tmp_path / "one", tmp_path / "two"
     assert main(["run", "--impl", "torch", "--impl", "torch-fused", "--cases", suite, "--device", "cpu",
