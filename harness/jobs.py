@@ -65,22 +65,33 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
-def _prepare(out_dir: Path, n: int, resume: bool) -> None:
-    """A fresh run starts from nothing (no earlier worker's results can be merged as current); a
-    resumed one must use the same split as the run it resumes."""
+def _prepare(out_dir: Path, n: int, by: str, resume: bool) -> None:
+    """A fresh run starts from nothing (no earlier worker's results can be merged as current) and
+    records its split in OUT/jobs/split.txt; a resumed one must use that same split (another would
+    give a worker other cases than those its results.csv holds, and the merge would duplicate)."""
     jobs = out_dir / "jobs"
+    split = f"{n} jobs, by {by}"
     if not resume:
         shutil.rmtree(jobs, ignore_errors=True)
         (out_dir / "results.csv").unlink(missing_ok=True)
         (out_dir / "pair-timing.csv").unlink(missing_ok=True)
+        jobs.mkdir(parents=True)
+        (jobs / "split.txt").write_text(split + "\n")
         return
     earlier = sorted(p.name for p in jobs.iterdir() if p.is_dir()) if jobs.is_dir() else []
-    want = {f"{k}-of-{n}" for k in range(1, n + 1)}
-    if earlier and not set(earlier) <= want:
-        raise UsageError(f"--resume --jobs: {jobs} holds another split ({', '.join(earlier[:3])}…); "
-                         f"resume with the same --jobs and --shard-by, or start afresh")
-    if not earlier and (out_dir / "results.csv").exists():
-        raise UsageError(f"--resume --jobs: {out_dir} holds a single-process run; resume it without --jobs")
+    if not earlier:
+        if (out_dir / "results.csv").exists():
+            raise UsageError(f"--resume --jobs: {out_dir} holds a single-process run; resume it without --jobs")
+        jobs.mkdir(parents=True, exist_ok=True)
+        (jobs / "split.txt").write_text(split + "\n")
+        return
+    try:
+        was = (jobs / "split.txt").read_text().strip()
+    except OSError:
+        was = "an unrecorded split"
+    if was != split:
+        raise UsageError(f"--resume --jobs: {jobs} holds a run of {was}, not {split}; resume with the same "
+                         f"--jobs and --shard-by, or start afresh")
 
 
 def _complete(df: pd.DataFrame | None, expected: set[tuple[str, str]]) -> bool:
@@ -116,7 +127,7 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
     n = min(args.jobs, max(len(cases), 1))
     if by == "shape":                                        # no more workers than compile keys
         n = min(n, len({compile_key(c) for c in cases}))
-    _prepare(out_dir, n, args.resume)
+    _prepare(out_dir, n, by, args.resume)
     t0 = time.time()
     procs = []
     try:

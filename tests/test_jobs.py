@@ -51,7 +51,7 @@ def test_jobs_equal_one_process(capsys, tmp_path, suite, child_path, by):
     a = pd.read_csv(one / "results.csv", dtype=str)
     b = pd.read_csv(two / "results.csv", dtype=str)
     pd.testing.assert_frame_equal(a, b)                      # same rows, same order, same text
-    assert sorted(p.name for p in (two / "jobs").iterdir()) == ["1-of-2", "2-of-2"]
+    assert sorted(p.name for p in (two / "jobs").iterdir()) == ["1-of-2", "2-of-2", "split.txt"]
     t = pd.read_csv(two / "timing.csv").set_index("stage")["seconds"]
     assert {"wall", "references", "analysis", "impl:torch", "impl:torch-fused"} <= set(t.index)
     assert (t > 0).all() and "harness: time " in err
@@ -152,7 +152,14 @@ def test_resume_needs_the_same_split(capsys, tmp_path, suite, child_path):
                  "--jobs", "2", "--resume"]) == 0                 # nothing left to do: same results
     code = main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(out), "--no-report",
                  "--jobs", "3", "--resume"])
-    assert code == 2 and "another split" in capsys.readouterr().err
+    assert code == 2 and "holds a run of 2 jobs, by shape, not 3 jobs" in capsys.readouterr().err
+    code = main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(out), "--no-report",
+                 "--jobs", "2", "--shard-by", "case", "--resume"])     # same N, another split
+    assert code == 2 and "not 2 jobs, by case" in capsys.readouterr().err
+    (out / "jobs" / "split.txt").unlink()                              # a run that did not record its split
+    code = main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(out), "--no-report",
+                 "--jobs", "2", "--resume"])
+    assert code == 2 and "unrecorded split" in capsys.readouterr().err
 
 
 def _chain(h, **kw):
