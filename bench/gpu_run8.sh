@@ -23,9 +23,11 @@ sweep() { local name=$1 t=$2
   for f in summary.csv timing.csv pair-timing.csv; do cp "$O/$name/$f" "$O/$name-$f" 2>/dev/null; done
   grep -h "exit\|did not" "$O/$name.txt" | head -40 > "$O/$name-jobs.txt"
   (cd "$O/$name" && tar czf "../$name-jobs.tgz" jobs/*/pair-timing.csv jobs/*/log.txt jobs/*/timing.csv 2>/dev/null); rm -rf "$O/$name"; }
+# "cold" must not depend on what an earlier call left on a machine kept warm
+cold_caches() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 case "${1:-}" in
-  full) sweep full_cold ${T_COLD:-320}; sweep full_warm ${T_WARM:-230} ;;
-  probe) export TRITON_PRINT_AUTOTUNING=1; TAILN=40 run probe_cold 200 python3 bench/bench_first_call.py
+  full) cold_caches; sweep full_cold ${T_COLD:-320}; sweep full_warm ${T_WARM:-230} ;;
+  probe) cold_caches; export TRITON_PRINT_AUTOTUNING=1; TAILN=40 run probe_cold 200 python3 bench/bench_first_call.py
         TAILN=40 run probe_warm 150 python3 bench/bench_first_call.py ;;
   ref|reftests) run ref_bench 150 python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 --triton --profile
         python3 -m pytest -q tests/test_triton_reference.py tests/test_fast_reference.py > "$O/gpu_tests.txt" 2>&1; tail -2 "$O/gpu_tests.txt"

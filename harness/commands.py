@@ -112,7 +112,8 @@ def cmd_run(args) -> int:
         if ignored:
             raise UsageError(f"--cases hypothesis: {ignored[0]} does not apply to an exploration")
         from harness.explore import explore
-        (out_dir / "timing.csv").unlink(missing_ok=True)   # an exploration has no stage timings
+        for stale in ("timing.csv", "pair-timing.csv"):    # an exploration has no stage timings
+            (out_dir / stale).unlink(missing_ok=True)
         e = explore(impls, specs, device, args.max_examples, args.seed, out_dir, overrides,
                     args.budgets or "", log=_stderr)
         code = print_exploration(e)

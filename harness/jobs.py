@@ -25,8 +25,9 @@ from harness.impls.base import Implementation
 from reports.results_io import read_results, write_results
 
 
-# Measured on an H200 (bench/RESULTS.md, run 8): `full` x 3 CUDA implementations with 16 jobs took
-# 293 s split by case (run 6: workers compiled and autotuned the same keys), 254 s split by shape.
+# On an H200 (bench/RESULTS.md), `full` x 3 CUDA implementations with 16 jobs took 293 s split by
+# case (run 6: workers compiled and autotuned the same keys) and 254 s split by shape (run 8a; the
+# same machine type and versions, another session: not a controlled comparison).
 DEFAULT_SHARD_BY = "shape"
 
 
@@ -46,11 +47,18 @@ def child_argv(args, device: str, k: int, n: int, out: Path) -> list[str]:
     return argv
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))       # what this process may use (cgroups, taskset)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _child_env(n: int) -> dict:
     env = dict(os.environ)
     # a compile pool or an OpenMP team of all the cores in each of n workers would oversubscribe
     # the cores n times over (the workers' CPU work: inputs, certification, Inductor compiles)
-    share = str(max(1, (os.cpu_count() or 1) // n))
+    share = str(max(1, _cores() // n))
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", share)
     env.setdefault("OMP_NUM_THREADS", share)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -87,8 +95,8 @@ def _prepare(out_dir: Path, n: int, by: str, resume: bool) -> None:
         return
     try:
         was = (jobs / "split.txt").read_text().strip()
-    except OSError:
-        was = "an unrecorded split"
+    except OSError:                     # a run from before split.txt: the merge keeps each worker's
+        return                          # own shard only, so another split costs time, not correctness
     if was != split:
         raise UsageError(f"--resume --jobs: {jobs} holds a run of {was}, not {split}; resume with the same "
                          f"--jobs and --shard-by, or start afresh")
@@ -104,6 +112,28 @@ def _complete(df: pd.DataFrame | None, expected: set[tuple[str, str]]) -> bool:
     from harness.runner import ROWS_PER_PAIR
     counts = df.groupby(["case_id", "impl"]).size()
     return all(counts.get(pair, 0) >= ROWS_PER_PAIR for pair in expected)
+
+
+def _read_or_none(read, path: Path, log: Callable[[str], None]):
+    """A worker's file, or None where it is missing or damaged (a worker killed mid-write): one
+    line says so, and the other workers' files are still merged."""
+    if not path.is_file():
+        return None
+    try:
+        return read(path)
+    except Exception as e:
+        log(f"harness: {path} unreadable, left out ({type(e).__name__}: {e})")
+        return None
+
+
+def _own_pairs(df: pd.DataFrame | None, expected: set[tuple[str, str]]) -> pd.DataFrame | None:
+    """The rows of a worker's file for the pairs of its own shard. A resumed run whose cases moved
+    between shards (the suite changed; the by-shape split deals keys by cost over all cases) leaves
+    rows for pairs another worker now owns and reruns: merged too, they would be duplicates."""
+    if df is None or not len(df) or not {"case_id", "impl"} <= set(df.columns):
+        return df
+    mine = pd.Series(list(zip(df["case_id"].astype(str), df["impl"].astype(str))), index=df.index).isin(expected)
+    return df[mine]
 
 
 def _as_they_finish(procs: list[tuple]):
@@ -145,19 +175,20 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
     frames, pair_times, timings, failed = [], [], {}, []
     for k, d, p, rc in _as_they_finish(procs):
         log(f"harness: job {k}/{n} exit {rc} after {time.time() - t0:.1f} s")
-        part = read_results(d / "results.csv") if (d / "results.csv").is_file() else None
+        expected = {(c.case_id, i.name) for c in shard(cases, k, n, by=by) for i in impls}
+        part = _own_pairs(_read_or_none(read_results, d / "results.csv", log), expected)
         if part is not None:
             frames.append(part)
-        expected = {(c.case_id, i.name) for c in shard(cases, k, n, by=by) for i in impls}
         if rc not in (0, 1) or not _complete(part, expected):
             failed.append(k)
             log(f"harness: job {k}/{n} did not finish its cases: {_last_line(d / 'log.txt')}")
-        if (d / PAIR_TIMING).is_file():
-            pair_times.append(pd.read_csv(d / PAIR_TIMING, dtype={"case_id": str}).assign(job=k))
-        if (d / "timing.csv").is_file():
-            for stage, sec in read_timings(d / "timing.csv").items():
-                if stage != "wall":
-                    add_time(timings, stage, sec)
+        pt = _own_pairs(_read_or_none(lambda p: pd.read_csv(p, dtype={"case_id": str}), d / PAIR_TIMING, log),
+                        expected)
+        if pt is not None:
+            pair_times.append(pt.assign(job=k))
+        for stage, sec in (_read_or_none(read_timings, d / "timing.csv", log) or {}).items():
+            if stage != "wall":
+                add_time(timings, stage, sec)
     timings["wall"] = time.time() - t0
     timings["jobs"] = n
     if pair_times:

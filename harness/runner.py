@@ -48,7 +48,9 @@ def write_timings(path: Path, timings: dict[str, float]) -> None:
     pd.DataFrame(sorted(timings.items()), columns=["stage", "seconds"]).to_csv(path, index=False)
 
 
-PAIR_TIMING = "pair-timing.csv"     # one line per (case, implementation): which cases cost the time
+# one line per (case, implementation): which cases cost the time. Appended as pairs finish and kept
+# across --resume (timing.csv sums only the last invocation's stages).
+PAIR_TIMING = "pair-timing.csv"
 PAIR_TIMING_COLUMNS = ["case_id", "label", "impl", "references", "impl_seconds", "analysis", "mpmath"]
 
 
@@ -84,15 +86,16 @@ def resolve_device(device: str) -> str:
 
 
 def compile_key(case: Case) -> tuple:
-    """What compiled kernels and their autotuning specialise on: hidden size and dtypes. (fla's
-    Triton kernels and their autotuning key see nothing else; Inductor graphs also differ with eps
-    and zero-centred gamma, but those compiles are separate anyway, wherever they run.)"""
+    """The cases whose compiles and autotuning belong together: hidden size and dtypes. (Within
+    one key, zero-centred gamma still makes separate compiles — Inductor graphs, and fla's kernels
+    get a float32 weight — but they stay in the same worker as the rest of the key.)"""
     return (case.shape[-1], case.dtype, case.gate_dtype, case.weight_dtype)
 
 
-# What a compile key's first case costs next to each further case, for --shard-by shape balancing:
-# in `full` on an H200 (bench/RESULTS.md, run 8) a key cost ~35 s of compiles and autotuning
-# (fla + Inductor, 16 workers at once) and each case of it ~2 s more.
+# What a compile key costs next to each of its cases, for --shard-by shape balancing: a heuristic.
+# Fitted over `full` on an H200 (bench/RESULTS.md, runs 8a and 8d; fla + Inductor, 16 workers at
+# once): ~28-31 s a key for its first calls' compiles and autotuning, plus 0.2-1.9 s a case; whole
+# keys ranged 6-84 s, so no static weighting balances the workers closely.
 KEY_COST_IN_CASES = 16
 
 
@@ -150,9 +153,9 @@ def case_rows(case: Case, cfg: SweepConfig, todo: list[Implementation],
             t0 = time.perf_counter()
             outcome = run_impl(impl, inp, act.dtype, cfg.device)
             t1 = time.perf_counter()
+            add_time(tm, f"impl:{impl.name}", t1 - t0)
             mp0 = sum(c.mp_seconds for c in refs.golden.values())
             rows = check(case, impl, cfg.device, refs, outcome, cfg.overrides, cfg.override_path)
-            add_time(tm, f"impl:{impl.name}", t1 - t0)
             add_time(tm, "analysis", time.perf_counter() - t1)     # certification included
             add_time(tm, "mpmath", sum(c.mp_seconds for c in refs.golden.values()) - mp0)
         except torch.cuda.OutOfMemoryError as e:

@@ -11,8 +11,8 @@ the eager implementation is used from then on for that key.
 `undecided_fast` is *exactly* the mask of references.certify.undecided: it compiles that function
 itself (v - b, v + b, the two exact roundings of references.formats.round_to, the comparison)
 into one fused elementwise kernel that reads v and b once and writes one bool,
-instead of ~20 eager passes over float64 arrays. Every step is exact (frexp/ldexp/division by a
-power of two, round-half-even, comparisons), so there is nothing for the compiler to reorder.
+instead of ~20 eager passes over float64 arrays. Every step is exact (exponent bits, division by
+a power of two, round-half-even, comparisons), so there is nothing for the compiler to reorder.
 """
 from __future__ import annotations
 

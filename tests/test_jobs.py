@@ -156,10 +156,32 @@ def test_resume_needs_the_same_split(capsys, tmp_path, suite, child_path):
     code = main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(out), "--no-report",
                  "--jobs", "2", "--shard-by", "case", "--resume"])     # same N, another split
     assert code == 2 and "not 2 jobs, by case" in capsys.readouterr().err
-    (out / "jobs" / "split.txt").unlink()                              # a run that did not record its split
-    code = main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(out), "--no-report",
-                 "--jobs", "2", "--resume"])
-    assert code == 2 and "unrecorded split" in capsys.readouterr().err
+    before = pd.read_csv(out / "results.csv", dtype=str)
+    (out / "jobs" / "split.txt").unlink()                  # a run from before split.txt: resumable
+    assert main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(out), "--no-report",
+                 "--jobs", "2", "--resume"]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv", dtype=str), before)
+
+
+def test_resume_after_the_suite_grew_has_no_duplicates(tmp_path, suite, child_path):
+    """The by-shape split deals keys over all cases: a new case can move a key to another worker,
+    which reruns it; the rows the first owner still holds must not be merged a second time."""
+    out, fresh = tmp_path / "o", tmp_path / "fresh"
+    args = ["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--no-report", "--jobs", "2"]
+    assert main([*args, "--out", str(out)]) == 0
+    owners = {p.name: set(pd.read_csv(p / "results.csv", dtype=str)["case_id"]) for p in (out / "jobs").glob("*-of-2")}
+    Path(suite).write_text(Path(suite).read_text() + '[[group]]\ndtype = ["fp16"]\nshape = [[3, 8]]\nseeds = [5, 6, 7]\n')
+    assert main([*args, "--out", str(out), "--resume"]) == 0
+    moved = {p.name: set(pd.read_csv(p / "results.csv", dtype=str)["case_id"]) for p in (out / "jobs").glob("*-of-2")}
+    assert any(moved[k] - owners[k] and owners[k] & set().union(*(moved[j] for j in moved if j != k))
+               for k in owners), "the grown suite should move a key between workers (else this test shows nothing)"
+    assert main([*args, "--out", str(fresh)]) == 0
+    got, want = (pd.read_csv(d / "results.csv", dtype=str) for d in (out, fresh))
+    key = ["case_id", "impl", "output", "reference"]
+    assert not got.duplicated(key).any() and len(got) == len(want)
+    assert list(got[key].itertuples(index=False)) == list(want[key].itertuples(index=False))
+    pt = pd.read_csv(out / "pair-timing.csv", dtype={"case_id": str})
+    assert not pt.duplicated(["case_id", "impl"]).any()
 
 
 def _chain(h, **kw):
@@ -179,9 +201,19 @@ def test_workers_share_the_cores(monkeypatch):
     from harness.jobs import _child_env
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
-    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    monkeypatch.setattr("harness.jobs._cores", lambda: 16)
     env = _child_env(4)
     assert env["OMP_NUM_THREADS"] == "4" and env["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
     assert _child_env(32)["OMP_NUM_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "2")                          # the user's choice stands
     assert _child_env(4)["OMP_NUM_THREADS"] == "2"
+
+
+def test_a_damaged_worker_file_is_left_out_with_one_line(tmp_path):
+    from harness.jobs import _read_or_none
+    empty = tmp_path / "pair-timing.csv"
+    empty.write_text("")                                      # killed between open and write
+    lines: list[str] = []
+    assert _read_or_none(pd.read_csv, empty, lines.append) is None
+    assert len(lines) == 1 and "unreadable" in lines[0] and "EmptyDataError" in lines[0]
+    assert _read_or_none(pd.read_csv, tmp_path / "missing.csv", lines.append) is None and len(lines) == 1

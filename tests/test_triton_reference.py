@@ -19,7 +19,9 @@ from tests.conftest import make_inputs
 REPO = Path(__file__).resolve().parents[1]
 CASES = [((5, 19), torch.bfloat16, False, 1e-5, 0.0), ((3, 4, 64), torch.float16, True, 1e-6, -3.0),
          ((7, 33), torch.float32, False, 0.0, 2.0), ((2, 130), torch.bfloat16, False, 1e-5, -40.0),
-         ((9, 1), torch.bfloat16, True, 0.3, 0.0)]
+         ((9, 1), torch.bfloat16, True, 0.3, 0.0),
+         ((2, 2100), torch.bfloat16, False, 1e-5, 0.5),     # row sums over two 2048-column chunks
+         ((40, 130), torch.float16, True, 1e-5, -1.0)]      # strips of 8-row steps, 5 of them real
 
 
 def check_all(device: str) -> None:
