@@ -45,6 +45,10 @@ def _render(out_dir: Path, df: pd.DataFrame, baseline, exit_code: int, device: s
             env["time"] = timing_line(t, impls).removeprefix("harness: time ")
         except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
             pass                             # a damaged timing.csv only costs this line
+    from harness.runner import PAIR_TIMING, slowest_pairs
+    slow = slowest_pairs(out_dir / PAIR_TIMING)
+    if slow:
+        env["slowest pairs"] = slow
     write_all(out_dir, df, baseline=baseline, env=env, exit_code=exit_code, title=title)
 
 

@@ -63,6 +63,20 @@ def append_pair_timing(path: Path, row: dict) -> None:
         w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
 
 
+def slowest_pairs(path: Path, top: int = 3) -> str:
+    """The costliest case x implementation pairs of pair-timing.csv, one line ('' if none or
+    unreadable): where a first call's compiles and autotuning, or a case's mpmath, went."""
+    try:
+        pt = pd.read_csv(path, dtype={"case_id": str})
+        stages = pt[["references", "impl_seconds", "analysis"]].astype(float)
+    except (OSError, KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return ""
+    pt = pt.assign(total=stages.sum(axis=1)).nlargest(top, "total")
+    names = {"references": "references", "impl_seconds": "implementation", "analysis": "analysis"}
+    return "; ".join(f"{r.impl} {r.label}: {r.total:.1f} s (mostly {names[stages.loc[i].idxmax()]})"
+                     for i, r in pt.iterrows())
+
+
 def read_timings(path: Path) -> dict[str, float]:
     """timing.csv (written by `harness run`) as stage -> seconds."""
     return {str(stage): float(sec) for stage, sec in pd.read_csv(path).itertuples(index=False)}

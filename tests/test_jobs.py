@@ -195,6 +195,9 @@ def test_report_shows_where_the_time_went(capsys, tmp_path, suite):
     html = (out / "report.html").read_text()
     t = pd.read_csv(out / "timing.csv").set_index("stage")["seconds"]
     assert f"references {t['references']:.1f} s" in html and "implementations" in html and "mpmath" in html
+    pt = pd.read_csv(out / "pair-timing.csv")
+    worst = pt.assign(t=pt.references + pt.impl_seconds + pt.analysis).nlargest(1, "t").iloc[0]
+    assert "slowest pairs" in html and f"torch {worst.label}: {worst.t:.1f} s (mostly " in html
 
 
 def test_workers_share_the_cores(monkeypatch):
@@ -217,3 +220,15 @@ def test_a_damaged_worker_file_is_left_out_with_one_line(tmp_path):
     assert _read_or_none(pd.read_csv, empty, lines.append) is None
     assert len(lines) == 1 and "unreadable" in lines[0] and "EmptyDataError" in lines[0]
     assert _read_or_none(pd.read_csv, tmp_path / "missing.csv", lines.append) is None and len(lines) == 1
+
+
+def test_slowest_pairs_on_hand_made_and_damaged_files(tmp_path):
+    from harness.runner import slowest_pairs
+    p = tmp_path / "pair-timing.csv"
+    p.write_text("case_id,label,impl,references,impl_seconds,analysis,mpmath\n"
+                 "01,a 4x8,fla,0.0,30.0,1.0,0.0\n02,b 4x8,torch,2.0,0.1,0.5,0.4\n03,c 4x8,torch,0.1,0.1,9.0,8.0\n")
+    assert slowest_pairs(p, top=2) == "fla a 4x8: 31.0 s (mostly implementation); torch c 4x8: 9.2 s (mostly analysis)"
+    p.write_text("")
+    assert slowest_pairs(p) == "" and slowest_pairs(tmp_path / "none.csv") == ""
+    p.write_text("case_id,label\n01,a\n")                      # columns missing
+    assert slowest_pairs(p) == ""
