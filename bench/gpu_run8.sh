@@ -2,6 +2,8 @@
 # Eighth H200 batch (bench/RESULTS.md, run 8), in two calls:
 #   bash bench/gpu_run8.sh full  — `full` for torch, torch-compile, fla with --jobs 16 --shard-by shape,
 #                                  cold caches, then again warm (same machine), with pair timings
+#   bash bench/gpu_run8.sh quick — quick for torch, torch-compile, torch-compile-emulate, fla (NOT RUN yet:
+#                                  quick on CUDA has not been rerun since the recompile-limit fix of run 5)
 #   bash bench/gpu_run8.sh probe — first call vs steady call of fla and torch-compile per shape, in a
 #                                  fresh process twice (cold, then warm on-disk caches), autotuning printed
 #   bash bench/gpu_run8.sh ref   — the float64 reference kernels against the floor, their GPU tests,
@@ -18,8 +20,8 @@ run() { local name=$1 t=$2; shift 2; local s=$(date +%s.%N)
   timeout "$t" "$@" > "$O/$name.txt" 2>&1; local rc=$?
   echo "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N)-$s,1))") s" | tee -a "$O/env.txt"; grep -v '^exhaustive: \|^\[' "$O/$name.txt" | tail -${TAILN:-6}; }
 sweep() { local name=$1 t=$2
-  TAILN=4 run "$name" "$t" python3 -m harness run --impl torch --impl torch-compile --impl fla --cases full \
-    --device cuda --out "$O/$name" --jobs ${JOBS:-16} --shard-by ${BY:-shape} --no-report
+  TAILN=4 run "$name" "$t" python3 -m harness run ${IMPLS:---impl torch --impl torch-compile --impl fla} \
+    --cases ${SUITE:-full} --device cuda --out "$O/$name" --jobs ${JOBS:-16} --shard-by ${BY:-shape} --no-report
   for f in summary.csv timing.csv pair-timing.csv; do cp "$O/$name/$f" "$O/$name-$f" 2>/dev/null; done
   grep -h "exit\|did not" "$O/$name.txt" | head -40 > "$O/$name-jobs.txt"
   (cd "$O/$name" && tar czf "../$name-jobs.tgz" jobs/*/pair-timing.csv jobs/*/log.txt jobs/*/timing.csv 2>/dev/null); rm -rf "$O/$name"; }
@@ -27,6 +29,7 @@ sweep() { local name=$1 t=$2
 cold_caches() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 case "${1:-}" in
   full) cold_caches; sweep full_cold ${T_COLD:-320}; sweep full_warm ${T_WARM:-230} ;;
+  quick) IMPLS="--impl torch --impl torch-compile --impl torch-compile-emulate --impl fla" SUITE=quick sweep quick ${T_QUICK:-240} ;;
   probe) cold_caches; export TRITON_PRINT_AUTOTUNING=1; TAILN=40 run probe_cold 200 python3 bench/bench_first_call.py
         TAILN=40 run probe_warm 150 python3 bench/bench_first_call.py ;;
   ref|reftests) run ref_bench 150 python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 --triton --profile
@@ -34,5 +37,5 @@ case "${1:-}" in
         [ "$1" = reftests ] && exit 0
         run exh_bf16 90 python3 bench/bench_exhaustive.py --dtype bf16 --device cuda
         run exh_fp16 80 python3 bench/bench_exhaustive.py --dtype fp16 --device cuda ;;
-  *) echo "usage: bash bench/gpu_run8.sh full|probe|ref|reftests"; exit 2 ;;
+  *) echo "usage: bash bench/gpu_run8.sh full|quick|probe|ref|reftests"; exit 2 ;;
 esac
