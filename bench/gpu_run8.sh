@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Eighth H200 batch (bench/RESULTS.md, run 8), in two calls:
+# H200 batches (bench/RESULTS.md, run 8 and after), one mode per device call (each fits its 600 s):
 #   bash bench/gpu_run8.sh full  — `full` for torch, torch-compile, fla with --jobs 16 --shard-by shape,
 #                                  cold caches, then again warm (same machine), with pair timings
 #   bash bench/gpu_run8.sh quick — quick for torch, torch-compile, torch-compile-emulate, fla (NOT RUN yet:
