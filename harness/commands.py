@@ -190,6 +190,31 @@ def cmd_cases(args) -> int:
     return EXIT_OK
 
 
+def _merge_timings(dirs: list[Path], out: Path) -> None:
+    """The shards' timing.csv (stages summed, wall the longest shard's) and pair-timing.csv
+    (concatenated), where they have them; a missing or damaged one is left out with one line."""
+    from harness.jobs import _read_or_none
+    from harness.runner import PAIR_TIMING, add_time, read_timings, write_timings
+    timings: dict[str, float] = {}
+    pairs = []
+    for d in dirs:
+        t = _read_or_none(read_timings, d / "timing.csv", _stderr)
+        if t:
+            for stage, sec in t.items():
+                if stage == "wall":
+                    timings["wall"] = max(timings.get("wall", 0.0), sec)
+                elif stage != "jobs":
+                    add_time(timings, stage, sec)
+            add_time(timings, "jobs", t.get("jobs", 1.0))
+        pt = _read_or_none(lambda p: pd.read_csv(p, dtype={"case_id": str}), d / PAIR_TIMING, _stderr)
+        if pt is not None:
+            pairs.append(pt)
+    if timings:
+        write_timings(out / "timing.csv", timings)
+    if pairs:
+        pd.concat(pairs, ignore_index=True).to_csv(out / PAIR_TIMING, index=False)
+
+
 def cmd_merge(args) -> int:
     from harness.gate import verdict
     from reports.results_io import read_results, write_results
@@ -216,6 +241,7 @@ def cmd_merge(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_results(out / "results.csv", df)
+    _merge_timings([Path(d) for d in args.dirs], out)
     code, lines = verdict(df)
     for ln in lines:
         print(ln)

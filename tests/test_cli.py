@@ -1,9 +1,7 @@
 """The command line end to end: exit codes, results.csv, --resume, --shard + merge (harness/cli.py)."""
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import textwrap
 
 import pandas as pd
 import pytest
@@ -199,6 +197,12 @@ def test_shard_and_merge_equal_unsharded(capsys, tmp_path, suite):
     m = merged.set_index(KEY).sort_index()
     w = whole.set_index(KEY).sort_index()
     assert (m["max_ulp"].values == w["max_ulp"].values).all()
+    # the shards' timings come along: stages summed, wall the longest shard's, pairs concatenated
+    t = [pd.read_csv(tmp_path / d / "timing.csv").set_index("stage")["seconds"] for d in ("s1", "s2", "merged")]
+    assert t[2]["references"] == pytest.approx(t[0]["references"] + t[1]["references"])
+    assert t[2]["wall"] == pytest.approx(max(t[0]["wall"], t[1]["wall"])) and t[2]["jobs"] == 2
+    pairs = [pd.read_csv(tmp_path / d / "pair-timing.csv", dtype={"case_id": str}) for d in ("merged", "all")]
+    assert sorted(zip(pairs[0].case_id, pairs[0].impl)) == sorted(zip(pairs[1].case_id, pairs[1].impl))
 
 
 def test_merge_missing_dir_exits_2(capsys, tmp_path):
