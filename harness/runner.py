@@ -49,7 +49,8 @@ def write_timings(path: Path, timings: dict[str, float]) -> None:
 
 
 # one line per (case, implementation): which cases cost the time. Appended as pairs finish and kept
-# across --resume (timing.csv sums only the last invocation's stages).
+# across --resume (timing.csv sums only the last invocation's stages); a process killed between a
+# pair's results and its timing line leaves that pair without one (timings are not results).
 PAIR_TIMING = "pair-timing.csv"
 PAIR_TIMING_COLUMNS = ["case_id", "label", "impl", "references", "impl_seconds", "analysis", "mpmath"]
 
