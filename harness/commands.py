@@ -191,24 +191,12 @@ def cmd_cases(args) -> int:
 
 
 def _merge_timings(dirs: list[Path], out: Path) -> None:
-    """The shards' timing.csv (stages summed, wall the longest shard's) and pair-timing.csv
-    (concatenated), where they have them; a missing or damaged one is left out with one line."""
-    from harness.jobs import _read_or_none
-    from harness.runner import PAIR_TIMING, add_time, read_timings, write_timings
-    timings: dict[str, float] = {}
-    pairs = []
-    for d in dirs:
-        t = _read_or_none(read_timings, d / "timing.csv", _stderr)
-        if t:
-            for stage, sec in t.items():
-                if stage == "wall":
-                    timings["wall"] = max(timings.get("wall", 0.0), sec)
-                elif stage != "jobs":
-                    add_time(timings, stage, sec)
-            add_time(timings, "jobs", t.get("jobs", 1.0))
-        pt = _read_or_none(lambda p: pd.read_csv(p, dtype={"case_id": str}), d / PAIR_TIMING, _stderr)
-        if pt is not None:
-            pairs.append(pt)
+    """The shards' timing.csv (runner.combine_timings) and pair-timing.csv (concatenated), where
+    they have them; a missing or damaged one is left out with one line."""
+    from harness.jobs import read_or_none
+    from harness.runner import PAIR_TIMING, combine_timings, read_pair_timings, read_timings, write_timings
+    timings = combine_timings([t for d in dirs if (t := read_or_none(read_timings, d / "timing.csv", _stderr))])
+    pairs = [pt for d in dirs if (pt := read_or_none(read_pair_timings, d / PAIR_TIMING, _stderr)) is not None]
     if timings:
         write_timings(out / "timing.csv", timings)
     if pairs:

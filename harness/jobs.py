@@ -114,9 +114,9 @@ def _complete(df: pd.DataFrame | None, expected: set[tuple[str, str]]) -> bool:
     return all(counts.get(pair, 0) >= ROWS_PER_PAIR for pair in expected)
 
 
-def _read_or_none(read, path: Path, log: Callable[[str], None]):
-    """A worker's file, or None where it is missing or damaged (a worker killed mid-write): one
-    line says so, and the other workers' files are still merged."""
+def read_or_none(read, path: Path, log: Callable[[str], None]):
+    """A worker's (or shard's) file, or None where it is missing or damaged (killed mid-write): one
+    line says so, and the other parts are still merged."""
     if not path.is_file():
         return None
     try:
@@ -152,7 +152,7 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
              log: Callable[[str], None]) -> tuple[pd.DataFrame, dict[str, float], list[int]]:
     """Run the shards, wait, merge. Returns the merged results (suite order), the stage timings
     summed over the workers ('wall' is this run's elapsed time) and the jobs that did not finish."""
-    from harness.runner import PAIR_TIMING, add_time, compile_key, read_timings, shard
+    from harness.runner import PAIR_TIMING, combine_timings, compile_key, read_pair_timings, read_timings, shard
     by = args.shard_by or DEFAULT_SHARD_BY
     n = min(args.jobs, max(len(cases), 1))
     if by == "shape":                                        # no more workers than compile keys
@@ -172,24 +172,22 @@ def run_jobs(args, device: str, cases: list[Case], impls: list[Implementation], 
             p.kill()
         raise UsageError(f"--jobs: cannot start a worker ({e})") from None
     log(f"harness: {n} jobs, logs in {out_dir / 'jobs'}/K-of-{n}/log.txt")
-    frames, pair_times, timings, failed = [], [], {}, []
+    frames, pair_times, parts, failed = [], [], [], []
     for k, d, p, rc in _as_they_finish(procs):
         log(f"harness: job {k}/{n} exit {rc} after {time.time() - t0:.1f} s")
         expected = {(c.case_id, i.name) for c in shard(cases, k, n, by=by) for i in impls}
-        part = _own_pairs(_read_or_none(read_results, d / "results.csv", log), expected)
+        part = _own_pairs(read_or_none(read_results, d / "results.csv", log), expected)
         if part is not None:
             frames.append(part)
         if rc not in (0, 1) or not _complete(part, expected):
             failed.append(k)
             log(f"harness: job {k}/{n} did not finish its cases: {_last_line(d / 'log.txt')}")
-        pt = _own_pairs(_read_or_none(lambda p: pd.read_csv(p, dtype={"case_id": str}), d / PAIR_TIMING, log),
-                        expected)
+        pt = _own_pairs(read_or_none(read_pair_timings, d / PAIR_TIMING, log), expected)
         if pt is not None:
             pair_times.append(pt.assign(job=k))
-        for stage, sec in (_read_or_none(read_timings, d / "timing.csv", log) or {}).items():
-            if stage != "wall":
-                add_time(timings, stage, sec)
-    timings["wall"] = time.time() - t0
+        parts.append(read_or_none(read_timings, d / "timing.csv", log) or {})
+    timings = combine_timings(parts)
+    timings["wall"] = time.time() - t0                       # this run's, not the slowest worker's
     timings["jobs"] = n
     if pair_times:
         pd.concat(pair_times, ignore_index=True).sort_values("job", kind="stable").to_csv(out_dir / PAIR_TIMING, index=False)

@@ -64,11 +64,30 @@ def append_pair_timing(path: Path, row: dict) -> None:
         w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
 
 
+def read_pair_timings(path: Path) -> pd.DataFrame:
+    """pair-timing.csv (case ids stay text: "060486302023" is not a number)."""
+    return pd.read_csv(path, dtype={"case_id": str})
+
+
+def combine_timings(parts: list[dict[str, float]]) -> dict[str, float]:
+    """Stage timings of runs done side by side (shards, --jobs workers): stages summed, 'wall' the
+    longest part's, 'jobs' counted (a part of one process counts as one)."""
+    out: dict[str, float] = {}
+    for t in parts:
+        for stage, sec in t.items():
+            if stage == "wall":
+                out["wall"] = max(out.get("wall", 0.0), sec)
+            elif stage != "jobs":
+                add_time(out, stage, sec)
+        add_time(out, "jobs", t.get("jobs", 1.0))
+    return out
+
+
 def slowest_pairs(path: Path, top: int = 3) -> str:
     """The costliest case x implementation pairs of pair-timing.csv, one line ('' if none or
     unreadable): where a first call's compiles and autotuning, or a case's mpmath, went."""
     try:
-        pt = pd.read_csv(path, dtype={"case_id": str})
+        pt = read_pair_timings(path)
         stages = pt[["references", "impl_seconds", "analysis"]].astype(float)
     except (OSError, KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
         return ""

@@ -213,13 +213,13 @@ def test_workers_share_the_cores(monkeypatch):
 
 
 def test_a_damaged_worker_file_is_left_out_with_one_line(tmp_path):
-    from harness.jobs import _read_or_none
+    from harness.jobs import read_or_none
     empty = tmp_path / "pair-timing.csv"
     empty.write_text("")                                      # killed between open and write
     lines: list[str] = []
-    assert _read_or_none(pd.read_csv, empty, lines.append) is None
+    assert read_or_none(pd.read_csv, empty, lines.append) is None
     assert len(lines) == 1 and "unreadable" in lines[0] and "EmptyDataError" in lines[0]
-    assert _read_or_none(pd.read_csv, tmp_path / "missing.csv", lines.append) is None and len(lines) == 1
+    assert read_or_none(pd.read_csv, tmp_path / "missing.csv", lines.append) is None and len(lines) == 1
 
 
 def test_slowest_pairs_on_hand_made_and_damaged_files(tmp_path):
