@@ -29,6 +29,15 @@ def sync(dev):
         torch.cuda.synchronize()
 
 
+def once(fn, dev):
+    """fn()'s result and its seconds, the device idle before and after (first calls: compiles)."""
+    sync(dev)
+    t0 = time.perf_counter()
+    result = fn()
+    sync(dev)
+    return result, time.perf_counter() - t0
+
+
 def timed(fn, dev, repeat=5):
     fn()
     sync(dev)
@@ -64,11 +73,7 @@ def main():
           f"{a.tokens}x{a.hidden} {a.dtype}")
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s; floor {floor_bytes / 1e9:.2f} GB -> {floor_s * 1e3:.2f} ms")
     print(f"exact_outputs (float64 closed forms, fwd+bwd): {t_ref * 1e3:.2f} ms = {100 * floor_s / t_ref:.0f}% of the floor")
-    sync(a.device)
-    t0 = time.perf_counter()
-    exact_outputs_fused(inp)
-    sync(a.device)
-    t_compile = time.perf_counter() - t0
+    _, t_compile = once(lambda: exact_outputs_fused(inp), a.device)
     t_fused = timed(lambda: exact_outputs_fused(inp), a.device)
     # what the fused pass must move at least: inputs read once (one row per program), the values of
     # y, dx, dgate and the gauges of dx, dgate written once (float64), dweight and its gauge
@@ -90,10 +95,7 @@ def main():
         bnd0 = float64_error_bound(inp)
         for rows, strip in ((None, None), (128, 128), (512, 128), (256, 64), (256, 256)):
             cfg = launch_shape(a.tokens, a.hidden, rows, strip)
-            t0 = time.perf_counter()
-            exact_outputs_triton(inp, rows, strip)
-            sync(a.device)
-            t_c3 = time.perf_counter() - t0
+            _, t_c3 = once(lambda: exact_outputs_triton(inp, rows, strip), a.device)
             t_tri = timed(lambda: exact_outputs_triton(inp, rows, strip), a.device)
             vt, _ = exact_outputs_triton(inp, rows, strip)
             agree = all(bool(torch.all((vt[k] - vf[k]).abs() <= 2 * bnd0[k] * gf[k] + 1e-300))
@@ -111,10 +113,7 @@ def main():
         ic.coordinate_descent_tuning = True
         fast._COMPILED.clear()
         torch._dynamo.reset()
-        t0 = time.perf_counter()
-        exact_outputs_fused(inp)
-        sync(a.device)
-        t_c2 = time.perf_counter() - t0
+        _, t_c2 = once(lambda: exact_outputs_fused(inp), a.device)
         t_tuned = timed(lambda: exact_outputs_fused(inp), a.device)
         print(f"exact_outputs_fused (coordinate_descent_tuning): {t_tuned * 1e3:.2f} ms = "
               f"{100 * floor_s / t_tuned:.0f}% of the floor (compile {t_c2:.1f} s)")
@@ -131,17 +130,10 @@ def main():
               f"({t_m / t_mf:.1f}x, identical: {same}); golden round_to alone {t_r * 1e3:.2f} ms")
     del values, gauges
     # Share of the reference stage spent in mpmath: a full build + certification of every output.
-    sync(a.device)
-    t0 = time.perf_counter()
-    refs = build(inp)
-    sync(a.device)
-    t_build = time.perf_counter() - t0
+    refs, t_build = once(lambda: build(inp), a.device)
     t_cert = t_mp = 0.0
     for out, fmt in (("y", a.dtype), ("dx", a.dtype), ("dgate", a.dtype), ("dweight", a.dtype)):
-        t0 = time.perf_counter()
-        c = refs.certified(out, fmt_of(fmt))
-        sync(a.device)
-        dt = time.perf_counter() - t0
+        c, dt = once(lambda: refs.certified(out, fmt_of(fmt)), a.device)
         t_cert += dt
         t_mp += c.mp_seconds
         print(f"  certify {out}: {c.flagged} undecided, {c.certified} by mpmath, {c.uncertified} left, {dt * 1e3:.1f} ms")
