@@ -2,16 +2,8 @@
 # Fourth H200 batch (bench/RESULTS.md, run 4): measure before optimising — the fused exhaustive
 # path (timers in its perf counters), the reference benchmark, and one shard of `full` per CUDA
 # implementation under cProfile (where a sweep's time goes: compiles, references, mpmath).
-set -uo pipefail
-O=${OUT:-out/gpu4}; mkdir -p "$O"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
-  date -u; } > "$O/env.txt" 2>&1; cat "$O/env.txt"
-run() { local name=$1 t=$2; shift 2; local s=$(date +%s.%N)
-  timeout "$t" "$@" > "$O/$name.txt" 2>&1; local rc=$?
-  echo "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N)-$s,1))") s" | tee -a "$O/timing.txt"; grep -v '^exhaustive: ' "$O/$name.txt" | tail -6; }
+O=${OUT:-out/gpu4} RUN_LOG=$O/timing.txt RUN_SKIP='^exhaustive: '
+source bench/gpu_lib.sh
 run exh_bf16 ${T_BF16:-120} python3 bench/bench_exhaustive.py --dtype bf16 --device cuda --repeat ${REPEAT:-1}
 run exh_fp16 ${T_FP16:-60} python3 bench/bench_exhaustive.py --dtype fp16 --device cuda --repeat ${REPEAT:-1}
 run ref_bench 40 python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096

@@ -9,16 +9,8 @@
 #   bash bench/gpu_run8.sh ref   — the float64 reference kernels against the floor, their GPU tests,
 #                                  and the warm exhaustive times after run 7's certification change
 #   bash bench/gpu_run8.sh reftests — the reference kernels and their GPU tests only
-set -uo pipefail
-O=${OUT:-out/gpu8}; mkdir -p "$O"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
-  python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
-  date -u; } >> "$O/env.txt" 2>&1
-run() { local name=$1 t=$2; shift 2; local s=$(date +%s.%N)
-  timeout "$t" "$@" > "$O/$name.txt" 2>&1; local rc=$?
-  echo "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N)-$s,1))") s" | tee -a "$O/env.txt"; grep -v '^exhaustive: \|^\[' "$O/$name.txt" | tail -${TAILN:-6}; }
+O=${OUT:-out/gpu8} RUN_SKIP='^exhaustive: \|^\['
+source bench/gpu_lib.sh
 sweep() { local name=$1 t=$2
   TAILN=4 run "$name" "$t" python3 -m harness run ${IMPLS:---impl torch --impl torch-compile --impl fla} \
     --cases ${SUITE:-full} --device cuda --out "$O/$name" --jobs ${JOBS:-16} --shard-by ${BY:-shape} --no-report
