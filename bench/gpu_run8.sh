@@ -20,7 +20,8 @@ sweep() { local name=$1 t=$2
 # "cold" must not depend on what an earlier call left on a machine kept warm
 cold_caches() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 case "${1:-}" in
-  full) cold_caches; sweep full_cold ${T_COLD:-320}; sweep full_warm ${T_WARM:-230} ;;
+  full) cold_caches; export TRITON_PRINT_AUTOTUNING=1   # the workers' logs say which keys autotuned
+        sweep full_cold ${T_COLD:-320}; sweep full_warm ${T_WARM:-230} ;;
   quick) IMPLS="--impl torch --impl torch-compile --impl torch-compile-emulate --impl fla" SUITE=quick sweep quick ${T_QUICK:-240} ;;
   probe) cold_caches; export TRITON_PRINT_AUTOTUNING=1; TAILN=40 run probe_cold 200 python3 bench/bench_first_call.py
         TAILN=40 run probe_warm 150 python3 bench/bench_first_call.py ;;
