@@ -20,7 +20,8 @@ from cases.generate import generate
 from references.bundle import build
 from references.certify import undecided
 from references.exact import exact_outputs, float64_error_bound
-from references.fast import exact_outputs_fused, undecided_fast
+import references.fast as fast
+from references.fast import exact_outputs_fused, undecided_fast, uses_table
 from references.formats import fmt_of, round_to
 
 
@@ -81,6 +82,14 @@ def main():
     print(f"exact_outputs_fused (torch.compile): {t_fused * 1e3:.2f} ms = {100 * floor_s / t_fused:.0f}% of the floor, "
           f"{t_ref / t_fused:.1f}x eager (first call incl. compile {t_compile:.1f} s; "
           f"its own traffic of {fused_bytes / 1e9:.2f} GB -> {100 * fused_bytes / bw / t_fused:.0f}% of copy bandwidth)")
+    if uses_table(inp.gate.dtype):          # the same pass with silu's exp per element instead
+        fast.SIGMOID_TABLES = False
+        _, t_c0 = once(lambda: exact_outputs_fused(inp), a.device)
+        t_exp = timed(lambda: exact_outputs_fused(inp), a.device)
+        fast.SIGMOID_TABLES = True
+        print(f"  (the pass above reads sigmoid from a table of the {a.dtype} gate's 65536 values; with an exp "
+              f"per element instead: {t_exp * 1e3:.2f} ms = {100 * floor_s / t_exp:.0f}% of the floor, "
+              f"compile {t_c0:.1f} s)")
     if a.profile and a.device.startswith("cuda"):
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -108,7 +117,6 @@ def main():
             del vt
         del vf, gf
     if a.tune:
-        import references.fast as fast
         from torch._inductor import config as ic
         ic.coordinate_descent_tuning = True
         fast._COMPILED.clear()

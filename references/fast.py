@@ -1,7 +1,8 @@
 """Fused (torch.compile) versions of the float64 reference work: `exact_outputs_fused` and
 `undecided_fast`.
 
-The same closed forms as references.exact (sigmoid(t) and sigmoid(-t) from one shared exp), so
+The same closed forms as references.exact (sigmoid(t) and sigmoid(-t) looked up in a float64
+table of every value of a 16-bit gate dtype, or from one shared exp for a float32 gate), so
 results agree with the eager ones to within `float64_error_bound * gauge`, which allows a few
 ulps for each transcendental (Inductor may also sum the row means and the dweight column in
 another order, and contract a*b+c into an FMA). Used for big tensors on CUDA (worth_fusing). Compiled once per (shape, dtypes,
@@ -56,9 +57,51 @@ def _raise_recompile_limit(n: int = 256) -> None:
 
 # ---------------------------------------------------------------------------------- exact outputs
 
-def _outputs_body(x_in, gate_in, w_in, dy_in, eps: float, zc: bool):
-    """references.exact.exact_outputs, written as one graph (same formulas; the two sigmoids share
-    one exp)."""
+# ------------------------------------------------------------------------ sigmoid lookup tables
+
+_TABLES: dict = {}
+
+
+def sigmoid_table(dtype: torch.dtype, device) -> torch.Tensor:
+    """sigmoid(t) and sigmoid(-t) in float64 (references.exact.silu_parts, eagerly) for every one of
+    the 65536 bit patterns of a 16-bit gate dtype, as a (65536, 2) table indexed by the gate's bits.
+    Why: a 16-bit gate has only 65536 values, and the float64 exp and division per element are
+    what made the column-sum kernel of the fused pass compute-bound (recomputing silu); a 1 MiB
+    table read from L2 is cheaper. Same formula as the eager closed forms (torch's own sigmoid may
+    differ by an ulp between its vectorised and scalar paths, so "same" means within that)."""
+    key = (dtype, str(device))
+    tab = _TABLES.get(key)
+    if tab is None:
+        u = torch.arange(1 << 16, dtype=torch.int32, device=device)     # row i: the bits i as uint16
+        t = torch.where(u >= 1 << 15, u - (1 << 16), u).to(torch.int16).view(dtype).to(torch.float64)
+        tab = torch.stack([torch.sigmoid(t), torch.sigmoid(-t)], dim=1).contiguous()   # as silu_parts
+        _TABLES[key] = tab
+    return tab
+
+
+SIGMOID_TABLES = True        # False: every gate through exp (bench/bench_reference.py compares)
+
+
+def uses_table(gate_dtype: torch.dtype) -> bool:
+    return SIGMOID_TABLES and gate_dtype in (torch.bfloat16, torch.float16)
+
+
+def _gate_sigmoids(gate_in, t, table):
+    """sigmoid(t), sigmoid(-t): from the table for a 16-bit gate, else from one shared exp and one
+    division (e = exp(-|t|) <= 1, d = 1/(1+e); each is d or e*d, a few ulps as the eager ones)."""
+    if table is not None:
+        row = table[gate_in.view(torch.int16).to(torch.int32) & 0xFFFF]
+        return row[..., 0], row[..., 1]
+    e = torch.exp(-t.abs())
+    d = 1 / (1 + e)
+    ed = e * d
+    pos = t >= 0
+    return torch.where(pos, d, ed), torch.where(pos, ed, d)
+
+
+def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool):
+    """references.exact.exact_outputs, written as one graph (same formulas; the two sigmoids from a
+    table of the gate dtype's values, or from one shared exp)."""
     f64 = torch.float64
     x = x_in.to(f64)
     w = w_in.to(f64)
@@ -67,14 +110,7 @@ def _outputs_body(x_in, gate_in, w_in, dy_in, eps: float, zc: bool):
     xhat = x * r
     t = gate_in.to(f64)
     dy = dy_in.to(f64)
-    # sigmoid(t) and sigmoid(-t) from one exp and one division (float64 exp and division dominate
-    # the arithmetic): e = exp(-|t|) <= 1, d = 1/(1+e); each is d or e*d, a few ulps as before
-    e = torch.exp(-t.abs())
-    d = 1 / (1 + e)
-    ed = e * d
-    pos = t >= 0
-    s = torch.where(pos, d, ed)
-    one_minus_s = torch.where(pos, ed, d)
+    s, one_minus_s = _gate_sigmoids(gate_in, t, table)
     silu = t * s
     dsilu = s * (1 + t * one_minus_s)
     dsilu_abs = s * (1 + t.abs() * one_minus_s)
@@ -120,8 +156,8 @@ def _compiled_outputs(key):
         _raise_recompile_limit()
         eps, zc = key[-2], key[-1]
 
-        def body(x, gate, w, dy):
-            return _outputs_body(x, gate, w, dy, eps, zc)
+        def body(x, gate, w, dy, table):
+            return _outputs_body(x, gate, w, dy, table, eps, zc)
 
         fn = torch.compile(body, dynamic=False, fullgraph=True, options=_inductor_options())
         _COMPILED[("outputs",) + key] = fn
@@ -137,7 +173,8 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
     key = _key(inp)
     if key not in _FAILED:
         try:
-            y, dgate, dx, dw, dgate_g, dx_g, dw_g = _compiled_outputs(key)(inp.x, inp.gate, inp.weight, inp.dy)
+            table = sigmoid_table(inp.gate.dtype, inp.gate.device) if uses_table(inp.gate.dtype) else None
+            y, dgate, dx, dw, dgate_g, dx_g, dw_g = _compiled_outputs(key)(inp.x, inp.gate, inp.weight, inp.dy, table)
             return completed_on_use(inp, {"y": y, "dgate": dgate, "dx": dx, "dweight": dw},
                                     {"dgate": dgate_g, "dx": dx_g, "dweight": dw_g})
         except Exception as err:     # compiler missing, backend error, ...: eager from now on

@@ -110,3 +110,27 @@ def test_undecided_fast_on_certify_bounds():
             assert torch.equal(undecided_fast(values[out], b, fmt_of(f)), undecided(values[out], b, fmt_of(f)))
 
 
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sigmoid_table_holds_sigmoid_of_every_bit_pattern(dtype):
+    from references.fast import sigmoid_table
+    tab = sigmoid_table(dtype, "cpu")
+    bits = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16)
+    t = bits.view(dtype).to(torch.float64)
+    rows = tab[bits.to(torch.int32) & 0xFFFF]                  # how the fused pass indexes it
+    for col, want in ((0, torch.sigmoid(t)), (1, torch.sigmoid(-t))):
+        got = rows[:, col]
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(got), nan) and int(nan.sum()) > 0
+        # torch's float64 sigmoid is itself a few ulps; rows differ from it only that much
+        assert torch.all((got - want)[~nan].abs() <= 4 * 2.0 ** -53 * want[~nan].abs()), col
+    assert rows[:, 0][t == float("inf")].item() == 1.0 and rows[:, 1][t == float("inf")].item() == 0.0
+
+
+def test_fused_pass_reads_the_table_for_16_bit_gates_and_compiles():
+    from references import fast
+    inp = make_inputs((4, 64), torch.float16, False, gate_scale=4.0, seed=3)
+    fast.exact_outputs_fused(inp)
+    assert (torch.float16, "cpu") in fast._TABLES and fast._key(inp) not in fast._FAILED
+    assert fast.uses_table(torch.bfloat16) and not fast.uses_table(torch.float32)
