@@ -10,7 +10,8 @@ strip's dweight terms down the rows, one partial row per row block, summed in a 
 the end (deterministic, no atomics). (A first version, one program per run of whole rows in
 column chunks, reached 24 %: too few warps in flight.)
 
-The closed forms are references.exact's, with fast.py's shared exp for sigmoid(t) and sigmoid(-t),
+The closed forms are references.exact's, with fast.py's sigmoid table of a 16-bit gate (or its shared
+exp for sigmoid(t) and sigmoid(-t)),
 so the values agree with the eager ones within float64_error_bound * gauge (tests check it, in
 Triton's interpreter on the CPU and on CUDA). eps travels as a float64 tensor: a Python float
 argument would be a float32 scalar in Triton.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from references.exact import Inputs, completed_on_use
+from references.fast import sigmoid_table, uses_table
 
 try:
     import triton
@@ -36,16 +38,22 @@ def available() -> bool:
 
 if triton is not None:
     @triton.jit
-    def _silu_parts(t):
-        """sigmoid(t) and sigmoid(-t) from one exp (as references/fast.py)."""
-        e = tl.exp(-tl.abs(t))
-        d = 1.0 / (1.0 + e)
-        ed = e * d
-        pos = t >= 0
-        return tl.where(pos, d, ed), tl.where(pos, ed, d)
+    def _silu_parts(graw, t, tab_ptr, m, TAB: tl.constexpr):
+        """sigmoid(t) and sigmoid(-t) of the gate (graw as loaded, t in float64): with TAB, looked up
+        in references.fast.sigmoid_table by the 16-bit gate's bits; else from one exp (as fast.py)."""
+        if TAB:
+            i = (graw.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) * 2
+            return tl.load(tab_ptr + i, mask=m, other=0.0), tl.load(tab_ptr + i + 1, mask=m, other=0.0)
+        else:
+            e = tl.exp(-tl.abs(t))
+            d = 1.0 / (1.0 + e)
+            ed = e * d
+            pos = t >= 0
+            return tl.where(pos, d, ed), tl.where(pos, ed, d)
 
     @triton.jit
-    def _row_sums(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, stats_ptr, H, ZC: tl.constexpr, CHUNK: tl.constexpr):
+    def _row_sums(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr, stats_ptr, H, ZC: tl.constexpr,
+                  CHUNK: tl.constexpr, TAB: tl.constexpr):
         """Per row: r = rsqrt(mean x^2 + eps), c = mean(dxhat xhat), q = mean(a |xhat|) — with
         xhat = x r, dxhat = dn gam, a = |dn| |gam|, all three from the sums of x^2, u and |u|,
         u = dy silu(t) gam x (c = r mean u, q = r mean |u|)."""
@@ -58,11 +66,12 @@ if triton is not None:
             cols = j + tl.arange(0, CHUNK)
             cm = cols < H
             x = tl.load(x_ptr + base + cols, mask=cm, other=0).to(tl.float64)
-            t = tl.load(g_ptr + base + cols, mask=cm, other=0).to(tl.float64)
+            graw = tl.load(g_ptr + base + cols, mask=cm, other=0)
+            t = graw.to(tl.float64)
             dy = tl.load(dy_ptr + base + cols, mask=cm, other=0).to(tl.float64)
             w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
             gam = w + 1.0 if ZC else w
-            s, _ = _silu_parts(t)
+            s, _ = _silu_parts(graw, t, tab_ptr, cm, TAB)
             u = dy * (t * s) * gam * x
             acc_xx += x * x
             acc_u += u
@@ -74,9 +83,9 @@ if triton is not None:
         tl.store(stats_ptr + 3 * row + 2, r * (tl.sum(acc_ua, axis=0) / H))
 
     @triton.jit
-    def _golden_tiles(x_ptr, g_ptr, dy_ptr, w_ptr, stats_ptr,
+    def _golden_tiles(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, stats_ptr,
                       y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
-                      T, H, ROWS, ZC: tl.constexpr, RB: tl.constexpr, BH: tl.constexpr):
+                      T, H, ROWS, ZC: tl.constexpr, RB: tl.constexpr, BH: tl.constexpr, TAB: tl.constexpr):
         """A BH-column strip of ROWS rows, RB rows at a time: every output written once, the strip's
         dweight terms summed down its rows (one partial row per row block)."""
         cols = tl.program_id(0) * BH + tl.arange(0, BH)
@@ -95,9 +104,10 @@ if triton is not None:
             m = rm[:, None] & cm[None, :]
             off = rows.to(tl.int64)[:, None] * H + cols[None, :]
             x = tl.load(x_ptr + off, mask=m, other=0).to(tl.float64)
-            t = tl.load(g_ptr + off, mask=m, other=0).to(tl.float64)
+            graw = tl.load(g_ptr + off, mask=m, other=0)
+            t = graw.to(tl.float64)
             dy = tl.load(dy_ptr + off, mask=m, other=0).to(tl.float64)
-            s, oms = _silu_parts(t)
+            s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
             xhat = x * r
             n = xhat * gam
             dn = dy * (t * s)
@@ -126,10 +136,11 @@ def launch_shape(tokens: int, hidden: int, rows: int | None = None,
     return chunk, rows or max(rb, 256), rb, bh
 
 
-def exact_outputs_triton(inp: Inputs, rows: int | None = None,
-                         strip: int | None = None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def exact_outputs_triton(inp: Inputs, rows: int | None = None, strip: int | None = None,
+                         table: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Values of y, dx, dgate, dweight and gauges of dx, dgate, dweight: the row sums, then one
-    pass writing every output; n, dn and the |value| gauges on first use, as exact_outputs_fused."""
+    pass writing every output; n, dn and the |value| gauges on first use, as exact_outputs_fused.
+    table: a 16-bit gate's sigmoids from references.fast.sigmoid_table (else an exp per element)."""
     if triton is None:
         raise RuntimeError("references.triton_reference: Triton is not installed")
     shape, hidden = inp.x.shape, inp.hidden
@@ -139,14 +150,16 @@ def exact_outputs_triton(inp: Inputs, rows: int | None = None,
     f64 = dict(dtype=torch.float64, device=dev)
     w = inp.weight.contiguous()
     zc = bool(inp.zero_centered_gamma)
+    use_tab = table and uses_table(g.dtype)
+    tab = sigmoid_table(g.dtype, dev) if use_tab else torch.zeros(2, **f64)
     stats = torch.empty((tokens, 3), **f64)
-    _row_sums[(tokens,)](x, g, dy, w, torch.tensor([inp.eps], **f64), stats, hidden, ZC=zc, CHUNK=chunk,
-                         num_warps=max(1, min(8, chunk // 256)))
+    _row_sums[(tokens,)](x, g, dy, w, torch.tensor([inp.eps], **f64), tab, stats, hidden, ZC=zc, CHUNK=chunk,
+                         TAB=use_tab, num_warps=max(1, min(8, chunk // 256)))
     y, dgate, dx, dgate_g, dx_g = (torch.empty((tokens, hidden), **f64) for _ in range(5))
     blocks = -(-tokens // rows)
     dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
-    _golden_tiles[(-(-hidden // bh), blocks)](x, g, dy, w, stats, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
-                                              tokens, hidden, rows, ZC=zc, RB=rb, BH=bh,
+    _golden_tiles[(-(-hidden // bh), blocks)](x, g, dy, w, tab, stats, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
+                                              tokens, hidden, rows, ZC=zc, RB=rb, BH=bh, TAB=use_tab,
                                               num_warps=max(1, min(8, rb * bh // 256)))
     return completed_on_use(inp, {"y": y.reshape(shape), "dgate": dgate.reshape(shape), "dx": dx.reshape(shape),
                                   "dweight": dw_part.sum(0)},

@@ -26,7 +26,9 @@ CASES = [((5, 19), torch.bfloat16, False, 1e-5, 0.0), ((3, 4, 64), torch.float16
 
 def check_all(device: str) -> None:
     from references.triton_reference import exact_outputs_triton
-    for (shape, dtype, zc, eps, shift), split in [(c, {}) for c in CASES] + [(c, {"rows": 3, "strip": 16}) for c in CASES]:
+    runs = [(c, {}) for c in CASES] + [(c, {"rows": 3, "strip": 16}) for c in CASES] + \
+           [(c, {"table": False}) for c in CASES if c[1] != torch.float32]     # 16-bit gates through exp
+    for (shape, dtype, zc, eps, shift), split in runs:
         inp = make_inputs(shape, dtype, zc, gate_shift=shift, eps=eps, seed=len(shape)).to(device)
         v, g = exact_outputs(inp)
         vt, gt = exact_outputs_triton(inp, **split)   # 3 rows x 16 columns: many strips, partial blocks
