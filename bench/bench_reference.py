@@ -102,15 +102,16 @@ def main():
         from references.triton_reference import exact_outputs_triton, launch_shape
         vf, gf = exact_outputs_fused(inp)
         bnd0 = float64_error_bound(inp)
-        for rows, strip in ((None, None), (128, 128), (512, 128), (256, 64), (256, 256)):
+        for rows, strip, tab in ((None, None, True), (128, 128, True), (256, 64, True), (256, 32, True),
+                                 (256, 256, True), (256, 64, False)):
             cfg = launch_shape(a.tokens, a.hidden, rows, strip)
-            _, t_c3 = once(lambda: exact_outputs_triton(inp, rows, strip), a.device)
-            t_tri = timed(lambda: exact_outputs_triton(inp, rows, strip), a.device)
-            vt, _ = exact_outputs_triton(inp, rows, strip)
+            _, t_c3 = once(lambda: exact_outputs_triton(inp, rows, strip, tab), a.device)
+            t_tri = timed(lambda: exact_outputs_triton(inp, rows, strip, tab), a.device)
+            vt, _ = exact_outputs_triton(inp, rows, strip, tab)
             agree = all(bool(torch.all((vt[k] - vf[k]).abs() <= 2 * bnd0[k] * gf[k] + 1e-300))
                         for k in ("y", "dx", "dgate", "dweight"))
             print(f"exact_outputs_triton (row sums, then {cfg[1]}-row x {cfg[3]}-column strips, {cfg[2]} rows "
-                  f"a step): {t_tri * 1e3:.2f} ms = {100 * floor_s / t_tri:.0f}% of the floor "
+                  f"a step, sigmoid {'table' if tab and uses_table(inp.gate.dtype) else 'exp'}): {t_tri * 1e3:.2f} ms = {100 * floor_s / t_tri:.0f}% of the floor "
                   f"(first call incl. JIT {t_c3:.1f} s; its own traffic, inputs read twice, "
                   f"{100 * (fused_bytes + 3 * n * esize) / bw / t_tri:.0f}% "
                   f"of copy bandwidth; agrees with the fused pass: {agree})")
