@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # H200 batches (bench/RESULTS.md, run 8 and after), one mode per device call (each fits its 600 s):
 #   bash bench/gpu_run8.sh full  — `full` for torch, torch-compile, fla with --jobs 16 --shard-by shape,
-#                                  cold caches, then again warm (same machine), with pair timings
+#                                  cold caches, then again warm (same machine), with pair timings;
+#                                  each sweep's files in $O/NAME.tgz, its output in $O/NAME.txt
 #   bash bench/gpu_run8.sh quick — quick for torch, torch-compile, torch-compile-emulate, fla (NOT RUN yet:
 #                                  quick on CUDA has not been rerun since the recompile-limit fix of run 5)
 #   bash bench/gpu_run8.sh probe — first call vs steady call of fla and torch-compile per shape, in a
@@ -14,9 +15,10 @@ source bench/gpu_lib.sh
 sweep() { local name=$1 t=$2
   TAILN=4 run "$name" "$t" python3 -m harness run ${IMPLS:---impl torch --impl torch-compile --impl fla} \
     --cases ${SUITE:-full} --device cuda --out "$O/$name" --jobs ${JOBS:-16} --shard-by ${BY:-shape} --no-report
-  for f in summary.csv timing.csv pair-timing.csv; do cp "$O/$name/$f" "$O/$name-$f" 2>/dev/null; done
-  grep -h "exit\|did not" "$O/$name.txt" | head -40 > "$O/$name-jobs.txt"
-  (cd "$O/$name" && tar czf "../$name-jobs.tgz" jobs/*/pair-timing.csv jobs/*/log.txt jobs/*/timing.csv 2>/dev/null); rm -rf "$O/$name"; }
+  # one archive a sweep: the device call brings back only a few files (run 9a lost five)
+  grep -h "exit\|did not" "$O/$name.txt" | head -40 > "$O/$name/jobs-finished.txt"
+  (cd "$O/$name" && tar czf "../$name.tgz" summary.csv timing.csv pair-timing.csv jobs-finished.txt \
+     jobs/*/pair-timing.csv jobs/*/log.txt jobs/*/timing.csv 2>/dev/null); rm -rf "$O/$name"; }
 # "cold" must not depend on what an earlier call left on a machine kept warm
 cold_caches() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 case "${1:-}" in
