@@ -14,7 +14,7 @@ EXPECTED_DTYPE_OF = {"y": "act", "dx": "x", "dgate": "gate", "dweight": "weight"
 
 @dataclass
 class Outcome:
-    outputs: dict[str, torch.Tensor]      # CPU tensors in the dtypes the implementation returned
+    outputs: dict[str, torch.Tensor]      # as the implementation returned them (its device, its dtypes)
     problems: dict[str, str]              # output -> what was wrong (a `fail` row)
     error: str | None = None              # the implementation raised / ran out of memory
 

@@ -134,16 +134,15 @@ def _index(flat: int, shape) -> tuple[int, ...]:
 def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override_path: str = "") -> Replay:
     """Run one case for one implementation exactly as the sweep does, then keep the `top` worst
     elements of every (output, reference) check."""
-    from cases.generate import act_format, generate
+    from cases.generate import act_format
     from harness.analysis.check import _hex, check, out_format_name, worst_inputs
     from harness.analysis.metrics import element_errors
     from harness.execute import run_impl
-    from references.bundle import build
+    from harness.runner import case_inputs
     from references.formats import fmt_of
 
     act = act_format(case, impl.act_follows)
-    inp = generate(case, impl.act_follows).to(device)
-    refs = build(inp)
+    inp, refs = case_inputs(case, impl.act_follows, device)
     outcome = run_impl(impl, inp, act.dtype, device)
     rows = check(case, impl, device, refs, outcome, list(overrides), override_path)
     checks = []

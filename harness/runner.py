@@ -3,6 +3,7 @@ forward and backward on the device -> analysis rows, appended to results.csv as 
 from __future__ import annotations
 
 import csv
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -154,6 +155,34 @@ def shard(cases: list[Case], k: int, n: int, by: str = "case") -> list[Case]:
     return [c for c in cases if owner[compile_key(c)] == k - 1]
 
 
+# Where a case's float64 references and analysis run. On a GPU, every small kernel and host sync
+# of the analysis waits its turn behind the other --jobs workers' contexts: in run 9a (16 workers,
+# one H200) a 32x127 case's analysis took 1.3 s there, and takes 0.02 s on one CPU core. Below this
+# many elements the references are built and the outputs analysed on the CPU; bigger cases, whose
+# float64 work the GPU does far faster, stay on the device.
+ANALYSIS_ON_CPU_BELOW = 1 << 18
+
+
+def analysis_device(case: Case, device: str) -> str:
+    if device.startswith("cuda") and math.prod(case.shape) < ANALYSIS_ON_CPU_BELOW:
+        return "cpu"
+    return device
+
+
+def case_inputs(case: Case, act_follows: str, device: str, golden_dir: Path | None = None):
+    """(the inputs on the implementation's device, their references on analysis_device): what the
+    sweep and `harness replay` both use. With a golden store the references are built on the CPU
+    once and cached there."""
+    inp = generate(case, act_follows)                       # on the CPU
+    where = analysis_device(case, device)
+    if golden_dir is None:
+        refs = build(inp.to(where))
+    else:
+        from references.store import cached_build, refs_to
+        refs = refs_to(cached_build(inp, case.params(), golden_dir), where)
+    return inp.to(device), refs
+
+
 def replay_command(case: Case, spec: str, suite_ref: str, device: str = "", budgets: str = "") -> str:
     cmd = f"harness replay {case.case_id} --impl {spec} --cases {suite_ref}"
     if device:
@@ -175,13 +204,7 @@ def case_rows(case: Case, cfg: SweepConfig, todo: list[Implementation],
         try:
             if act.name not in by_act:
                 t0 = time.perf_counter()
-                inp = generate(case, impl.act_follows).to(cfg.device)
-                if cfg.golden_dir is None:
-                    refs = build(inp)                      # float64 references on the same device
-                else:                                      # golden store: built on the CPU, cached
-                    from references.store import cached_build, refs_to
-                    refs = refs_to(cached_build(inp.to("cpu"), case.params(), cfg.golden_dir), cfg.device)
-                by_act[act.name] = (inp, refs)
+                by_act[act.name] = case_inputs(case, impl.act_follows, cfg.device, cfg.golden_dir)
                 add_time(tm, "references", time.perf_counter() - t0)
             inp, refs = by_act[act.name]
             t0 = time.perf_counter()
