@@ -110,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        from harness.compile_caches import pin_triton_cache_dir
+        pin_triton_cache_dir()                 # before anything compiles (see compile_caches)
         from harness import commands
         return getattr(commands, f"cmd_{args.cmd}")(args)
     except UsageError as e:
