@@ -21,7 +21,7 @@ from references.bundle import build
 from references.certify import undecided
 from references.exact import exact_outputs, float64_error_bound
 import references.fast as fast
-from references.fast import exact_outputs_fused, undecided_fast, uses_table
+from references.fast import exact_outputs_fused, has_sigmoid_table, undecided_fast
 from references.formats import fmt_of, round_to
 
 
@@ -82,14 +82,14 @@ def main():
     print(f"exact_outputs_fused (torch.compile): {t_fused * 1e3:.2f} ms = {100 * floor_s / t_fused:.0f}% of the floor, "
           f"{t_ref / t_fused:.1f}x eager (first call incl. compile {t_compile:.1f} s; "
           f"its own traffic of {fused_bytes / 1e9:.2f} GB -> {100 * fused_bytes / bw / t_fused:.0f}% of copy bandwidth)")
-    if uses_table(inp.gate.dtype):          # the same pass with silu's exp per element instead
-        fast.SIGMOID_TABLES = False
+    if has_sigmoid_table(inp.gate.dtype):   # the same pass reading sigmoid from a table instead
+        fast.FUSED_SIGMOID_TABLE = True
         _, t_c0 = once(lambda: exact_outputs_fused(inp), a.device)
-        t_exp = timed(lambda: exact_outputs_fused(inp), a.device)
-        fast.SIGMOID_TABLES = True
-        print(f"  (the pass above reads sigmoid from a table of the {a.dtype} gate's 65536 values; with an exp "
-              f"per element instead: {t_exp * 1e3:.2f} ms = {100 * floor_s / t_exp:.0f}% of the floor, "
-              f"compile {t_c0:.1f} s)")
+        t_tab = timed(lambda: exact_outputs_fused(inp), a.device)
+        fast.FUSED_SIGMOID_TABLE = False
+        print(f"  (the pass above computes sigmoid with an exp per element; reading it from a table of the "
+              f"{a.dtype} gate's 65536 values instead: {t_tab * 1e3:.2f} ms = {100 * floor_s / t_tab:.0f}% "
+              f"of the floor, compile {t_c0:.1f} s)")
     if a.profile and a.device.startswith("cuda"):
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -111,7 +111,7 @@ def main():
             agree = all(bool(torch.all((vt[k] - vf[k]).abs() <= 2 * bnd0[k] * gf[k] + 1e-300))
                         for k in ("y", "dx", "dgate", "dweight"))
             print(f"exact_outputs_triton (row sums, then {cfg[1]}-row x {cfg[3]}-column strips, {cfg[2]} rows "
-                  f"a step, sigmoid {'table' if tab and uses_table(inp.gate.dtype) else 'exp'}): {t_tri * 1e3:.2f} ms = {100 * floor_s / t_tri:.0f}% of the floor "
+                  f"a step, sigmoid {'table' if tab and has_sigmoid_table(inp.gate.dtype) else 'exp'}): {t_tri * 1e3:.2f} ms = {100 * floor_s / t_tri:.0f}% of the floor "
                   f"(first call incl. JIT {t_c3:.1f} s; its own traffic, inputs read twice, "
                   f"{100 * (fused_bytes + 3 * n * esize) / bw / t_tri:.0f}% "
                   f"of copy bandwidth; agrees with the fused pass: {agree})")

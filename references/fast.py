@@ -1,8 +1,8 @@
 """Fused (torch.compile) versions of the float64 reference work: `exact_outputs_fused` and
 `undecided_fast`.
 
-The same closed forms as references.exact (sigmoid(t) and sigmoid(-t) looked up in a float64
-table of every value of a 16-bit gate dtype, or from one shared exp for a float32 gate), so
+The same closed forms as references.exact (sigmoid(t) and sigmoid(-t) from one shared exp, or,
+opt-in, looked up in a float64 table of every value of a 16-bit gate dtype), so
 results agree with the eager ones to within `float64_error_bound * gauge`, which allows a few
 ulps for each transcendental (Inductor may also sum the row means and the dweight column in
 another order, and contract a*b+c into an FMA). Used for big tensors on CUDA (worth_fusing). Compiled once per (shape, dtypes,
@@ -79,11 +79,15 @@ def sigmoid_table(dtype: torch.dtype, device) -> torch.Tensor:
     return tab
 
 
-SIGMOID_TABLES = True        # False: every gate through exp (bench/bench_reference.py compares)
+def has_sigmoid_table(gate_dtype: torch.dtype) -> bool:
+    return gate_dtype in (torch.bfloat16, torch.float16)
 
 
-def uses_table(gate_dtype: torch.dtype) -> bool:
-    return SIGMOID_TABLES and gate_dtype in (torch.bfloat16, torch.float16)
+# Whether the fused (Inductor) pass uses the table. Measured on the H200 (bench/RESULTS.md, run 9c;
+# 8192x4096 bf16): 0.77 ms with it, 0.74 ms with the exp — Inductor's looped row kernel loads the
+# table in each of its loops (0.46 -> 0.58 ms) while the column-sum kernel gains (0.24 -> 0.16 ms).
+# So off; the hand-written Triton pass (references/triton_reference.py) gains with it (26 -> 30 %).
+FUSED_SIGMOID_TABLE = False
 
 
 def _gate_sigmoids(gate_in, t, table):
@@ -173,7 +177,8 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
     key = _key(inp)
     if key not in _FAILED:
         try:
-            table = sigmoid_table(inp.gate.dtype, inp.gate.device) if uses_table(inp.gate.dtype) else None
+            use = FUSED_SIGMOID_TABLE and has_sigmoid_table(inp.gate.dtype)
+            table = sigmoid_table(inp.gate.dtype, inp.gate.device) if use else None
             y, dgate, dx, dw, dgate_g, dx_g, dw_g = _compiled_outputs(key)(inp.x, inp.gate, inp.weight, inp.dy, table)
             return completed_on_use(inp, {"y": y, "dgate": dgate, "dx": dx, "dweight": dw},
                                     {"dgate": dgate_g, "dx": dx_g, "dweight": dw_g})

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from references.exact import Inputs, completed_on_use
-from references.fast import sigmoid_table, uses_table
+from references.fast import has_sigmoid_table, sigmoid_table
 
 try:
     import triton
@@ -150,7 +150,7 @@ def exact_outputs_triton(inp: Inputs, rows: int | None = None, strip: int | None
     f64 = dict(dtype=torch.float64, device=dev)
     w = inp.weight.contiguous()
     zc = bool(inp.zero_centered_gamma)
-    use_tab = table and uses_table(g.dtype)
+    use_tab = table and has_sigmoid_table(g.dtype)
     tab = sigmoid_table(g.dtype, dev) if use_tab else torch.zeros(2, **f64)
     stats = torch.empty((tokens, 3), **f64)
     _row_sums[(tokens,)](x, g, dy, w, torch.tensor([inp.eps], **f64), tab, stats, hidden, ZC=zc, CHUNK=chunk,

@@ -128,9 +128,18 @@ def test_sigmoid_table_holds_sigmoid_of_every_bit_pattern(dtype):
     assert rows[:, 0][t == float("inf")].item() == 1.0 and rows[:, 1][t == float("inf")].item() == 0.0
 
 
-def test_fused_pass_reads_the_table_for_16_bit_gates_and_compiles():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_pass_with_the_table_matches_exact_outputs(monkeypatch, dtype):
     from references import fast
-    inp = make_inputs((4, 64), torch.float16, False, gate_scale=4.0, seed=3)
-    fast.exact_outputs_fused(inp)
-    assert (torch.float16, "cpu") in fast._TABLES and fast._key(inp) not in fast._FAILED
-    assert fast.uses_table(torch.bfloat16) and not fast.uses_table(torch.float32)
+    monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", True)
+    asked, table_of = [], fast.sigmoid_table
+    monkeypatch.setattr(fast, "sigmoid_table", lambda d, dev: asked.append(d) or table_of(d, dev))
+    inp = make_inputs((3, 96), dtype, True, gate_scale=6.0, gate_shift=-2.0, seed=5)
+    v, g = exact_outputs(inp)
+    vf, gf = fast.exact_outputs_fused(inp)
+    assert asked == [dtype] and fast._key(inp) not in fast._FAILED     # compiled, with the table
+    bound = float64_error_bound(inp)
+    for k in ("y", "dx", "dgate", "dweight"):
+        assert torch.all((vf[k] - v[k]).abs() <= bound[k] * g[k] + 1e-300), k
+        assert torch.all((gf[k] - g[k]).abs() <= bound[k] * g[k] + 1e-300), k
+    assert fast.has_sigmoid_table(torch.bfloat16) and not fast.has_sigmoid_table(torch.float32)
