@@ -5,6 +5,7 @@ of a small case or on sampled rows / elements of a large one. Precision is set w
 `workdps` context: the global mpmath precision is never left changed."""
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import mpmath
@@ -15,8 +16,30 @@ from references.exact import Inputs
 DEFAULT_DPS = 50
 
 
-def _mp(values: torch.Tensor) -> list:
-    return [mpmath.mpf(v) for v in values.to(torch.float64).reshape(-1).tolist()]
+def _floats(values: torch.Tensor) -> list[float]:
+    return values.to(torch.float64).reshape(-1).tolist()
+
+
+def _mp(values: list[float]) -> list:
+    return [mpmath.mpf(v) for v in values]
+
+
+def _gamma(p: dict) -> list:
+    return [mpmath.mpf(w) + 1 for w in p["w"]] if p["zc"] else _mp(p["w"])
+
+
+def sum_of_squares(values: list[float]):
+    """sum(v*v) over float64 values, exactly (each v is p / 2**k: Python integers), then rounded
+    once to the working precision: at >= 106 bits (the default 50 digits is 169), where every
+    product is exact, the very mpf that mpmath.fsum(v*v) gives, ~10x faster. Each row's r needs
+    it, and y, dgate and dweight certification spent most of their mpmath time there (bench/RESULTS.md,
+    run 9)."""
+    if not all(math.isfinite(v) for v in values):
+        return mpmath.fsum(mpmath.mpf(v) * mpmath.mpf(v) for v in values)
+    ratios = [v.as_integer_ratio() for v in values]
+    shifts = [q.bit_length() - 1 for _, q in ratios]           # q = 2**shift
+    k = max(shifts, default=0)
+    return mpmath.mpf((sum((a * a) << (2 * (k - sh)) for (a, _), sh in zip(ratios, shifts)), -2 * k))
 
 
 def row(inp: Inputs, index: int, dps: int = DEFAULT_DPS) -> dict[str, list]:
@@ -24,7 +47,7 @@ def row(inp: Inputs, index: int, dps: int = DEFAULT_DPS) -> dict[str, list]:
     hsz = inp.hidden
     with mpmath.workdps(dps):
         p = _row_parts(inp, index, need_c=False)
-        x, t, dy, g, r = p["x"], p["t"], p["dy"], p["g"], p["r"]
+        x, t, dy, g, r = _mp(p["x"]), _mp(p["t"]), _mp(p["dy"]), _gamma(p), p["r"]
         xhat = [xi * r for xi in x]
         n = [a * b for a, b in zip(xhat, g)]
         s = [1 / (1 + mpmath.exp(-ti)) for ti in t]
@@ -43,22 +66,22 @@ def row(inp: Inputs, index: int, dps: int = DEFAULT_DPS) -> dict[str, list]:
 
 
 def _row_parts(inp: Inputs, index: int, need_c: bool) -> dict:
-    """The per-row pieces `_element` needs (and `row` starts from): inputs as mpf, r = rsqrt(mean(x^2)
-    + eps) and, for dx only, c = mean(dxhat * xhat) (every element's exp: the expensive part), by
-    the same operations in the same order as `row` (so the values are the same mpf)."""
+    """The per-row pieces `_element` needs (and `row` starts from): the inputs as float64 lists
+    (made mpf where used: exact), r = rsqrt(mean(x^2) + eps) and, for dx only, c = mean(dxhat *
+    xhat) (every element's exp: the expensive part), by the same operations in the same order as
+    `row` (so the values are the same mpf)."""
     hsz = inp.hidden
-    x = _mp(inp.x.reshape(-1, hsz)[index])
-    w = _mp(inp.weight)
-    parts = {"x": x, "t": _mp(inp.gate.reshape(-1, hsz)[index]), "dy": _mp(inp.dy.reshape(-1, hsz)[index]),
-             "g": [wi + 1 for wi in w] if inp.zero_centered_gamma else w,
-             "r": 1 / mpmath.sqrt(mpmath.fsum(xi * xi for xi in x) / hsz + mpmath.mpf(inp.eps))}
+    x = _floats(inp.x.reshape(-1, hsz)[index])
+    parts = {"x": x, "t": _floats(inp.gate.reshape(-1, hsz)[index]), "dy": _floats(inp.dy.reshape(-1, hsz)[index]),
+             "w": _floats(inp.weight), "zc": bool(inp.zero_centered_gamma),
+             "r": 1 / mpmath.sqrt(sum_of_squares(x) / hsz + mpmath.mpf(inp.eps))}
     if need_c:
         parts["c"] = _row_c(parts, hsz)
     return parts
 
 
 def _row_c(p: dict, hsz: int):
-    r, x, t, dy, g = p["r"], p["x"], p["t"], p["dy"], p["g"]
+    r, x, t, dy, g = p["r"], _mp(p["x"]), _mp(p["t"]), _mp(p["dy"]), _gamma(p)
     xhat = [xi * r for xi in x]
     s = [1 / (1 + mpmath.exp(-ti)) for ti in t]
     silu = [ti * si for ti, si in zip(t, s)]
@@ -69,7 +92,8 @@ def _row_c(p: dict, hsz: int):
 
 def _element(p: dict, output: str, j: int):
     """One element of n, y, dn, dgate or dx from its row's pieces (the formulas of `row`)."""
-    r, xj, tj, dyj, gj = p["r"], p["x"][j], p["t"][j], p["dy"][j], p["g"][j]
+    r, xj, tj, dyj = p["r"], mpmath.mpf(p["x"][j]), mpmath.mpf(p["t"][j]), mpmath.mpf(p["dy"][j])
+    gj = mpmath.mpf(p["w"][j]) + 1 if p["zc"] else mpmath.mpf(p["w"][j])
     xhat = xj * r
     if output == "n":
         return xhat * gj
@@ -85,6 +109,8 @@ def _element(p: dict, output: str, j: int):
         return dyj * n * (s * (1 + tj * (1 - s)))
     if output == "dx":
         return r * (dn * gj - xhat * p["c"])
+    if output == "dweight_term":
+        return dn * xhat
     raise ValueError(f"unknown output {output!r}")
 
 
@@ -94,14 +120,23 @@ def values(inp: Inputs, output: str, flat_indices: Sequence[int], dps: int = DEF
 
     Work per row: r (a sum of squares) always; c = mean(dxhat * xhat) (one exp per element of the
     row) only for dx; then one exp per requested element. `cache` (row index -> pieces) lets the
-    outputs of one case share rows. dweight[j] sums over every row, so it costs a full pass over
-    the case (every element's exp); callers cap it."""
+    outputs of one case share rows. dweight[j] sums its column over every row: every row's r, and
+    one exp per row and requested column (not the whole row's: run 9c spent 3 s of mpmath on one
+    dweight element of a 16x4096 case computing every element of every row); callers cap it."""
     hsz = inp.hidden
     cache = {} if cache is None else cache
     with mpmath.workdps(dps):
         if output == "dweight":
-            rows = [_cached_full(cache, inp, i, dps)["dweight_terms"] for i in range(inp.tokens)]
-            return [mpmath.fsum(rw[j] for rw in rows) for j in flat_indices]
+            cols = [int(j) for j in flat_indices]
+            terms: dict[int, list] = {j: [] for j in cols}
+            for i in range(inp.tokens):
+                full = cache.get(("full", i, dps))
+                p = None if full is not None else cache.get(("parts", i, dps))
+                if full is None and p is None:
+                    p = cache[("parts", i, dps)] = _row_parts(inp, i, need_c=False)
+                for j in terms:
+                    terms[j].append(full["dweight_terms"][j] if full is not None else _element(p, "dweight_term", j))
+            return [mpmath.fsum(terms[j]) for j in cols]
         out = []
         for k in flat_indices:
             i, j = divmod(int(k), hsz)

@@ -117,3 +117,37 @@ def test_mp_values_per_element_equal_the_full_row(zc):
                 want = [rows[k // 7][output][k % 7] for k in idx]
             assert got == want, output
     assert mp.cached_rows(cache, need_c=True) == {0, 1, 2}
+
+
+@pytest.mark.parametrize("dps", [50, 33, 5])
+def test_sum_of_squares_is_the_fsum_of_squares(dps):
+    """Equal to fsum(v*v) wherever the products are exact (>= 106 bits: the default 50 digits
+    and 33); below, the exact sum rounded once (fsum would round each product first)."""
+    gen = torch.Generator().manual_seed(dps)
+    rows = [torch.randn(257, generator=gen, dtype=torch.float64).tolist(),
+            (torch.randn(64, generator=gen) * 2.0 ** torch.randint(-140, 120, (64,), generator=gen)).tolist(),
+            [0.0, -0.0, 5e-324, -1.5, 2.0 ** 1000, 3.0 * 2.0 ** -1074],     # subnormals and a huge one
+            [], [1.0 + 2.0 ** -52] * 7]
+    with mpmath.workdps(dps):
+        for values in rows:
+            if dps >= 33:
+                want = mpmath.fsum(mpmath.mpf(v) * mpmath.mpf(v) for v in values)
+            else:
+                with mpmath.workprec(2200):                    # exact: 2 * (1074 + 53) bits and more
+                    exact = mpmath.fsum(mpmath.mpf(v) * mpmath.mpf(v) for v in values)
+                want = +exact                                  # rounded once, at dps
+            got = mp.sum_of_squares(values)
+            assert got == want and isinstance(got, mpmath.mpf), (dps, values[:3])
+        # a non-finite value takes the plain path, and gives its answer
+        assert mp.sum_of_squares([1.0, math.inf]) == mpmath.inf
+
+
+def test_mp_dweight_of_some_columns_equals_the_full_rows_sum():
+    inp = make_inputs((5, 23), torch.float32, True, seed=11)
+    cols = [0, 7, 22]
+    rows = [mp.row(inp, i) for i in range(5)]
+    with mpmath.workdps(mp.DEFAULT_DPS):
+        want = [mpmath.fsum(rw["dweight_terms"][j] for rw in rows) for j in cols]
+    cache: dict = {}
+    assert mp.values(inp, "dweight", cols, cache=cache) == want
+    assert not any(k[0] == "full" for k in cache)            # columns only: no row computed in full
