@@ -7,7 +7,10 @@ torch-compile runs before fla, a cold run stored fla's kernels and autotuning re
 Inductor's directory and the next run looked for them in Triton's own (~/.triton/cache): the
 "warm" rerun compiled and autotuned fla all over again (bench/RESULTS.md, runs 9a and 9b). Pinning
 the variable to Triton's default before anything compiles keeps every run looking where the last
-one stored. A directory the user chose (TRITON_CACHE_DIR already set) is left as it is."""
+one stored. A directory the user chose (TRITON_CACHE_DIR already set) is left as it is, and so is
+an unset variable where Triton's default cannot be written.
+
+Not pinned: scripts that bypass the command line (bench/*.py, pytest)."""
 from __future__ import annotations
 
 import os
@@ -18,8 +21,22 @@ def triton_default_cache_dir() -> str:
     return os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
 
 
-def pin_triton_cache_dir(environ: dict | None = None) -> str:
-    """Set TRITON_CACHE_DIR to Triton's default unless already set; returns the directory in force.
-    (Worker processes of --jobs inherit it.)"""
+def _writable(path: str) -> bool:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def pin_triton_cache_dir(environ: dict | None = None) -> str | None:
+    """Set TRITON_CACHE_DIR to Triton's default unless already set, or unless that directory cannot
+    be written (a read-only or missing home: Inductor's own /tmp directory then keeps working, as
+    before); returns the directory in force, None if left unset. (--jobs workers and bisect steps
+    inherit it.)"""
     env = os.environ if environ is None else environ
-    return env.setdefault("TRITON_CACHE_DIR", triton_default_cache_dir())
+    if "TRITON_CACHE_DIR" not in env:
+        default = triton_default_cache_dir()
+        if _writable(default):
+            env["TRITON_CACHE_DIR"] = default
+    return env.get("TRITON_CACHE_DIR")

@@ -74,7 +74,8 @@ def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cach
 
     Cost model (references.mp.values): dx needs its row's c, one exp per element of the row, so a
     row costs `hidden`; y, dn, dgate need one exp per requested element plus the row's sum of
-    squares (~1/16 of an exp an element)."""
+    squares, counted as ~1/16 of an exp an element (conservative since that sum is exact integer
+    arithmetic, run 9)."""
     rows: dict[int, list[int]] = {}
     for k in flat:
         rows.setdefault(k // hidden, []).append(k)

@@ -86,7 +86,8 @@ def has_sigmoid_table(gate_dtype: torch.dtype) -> bool:
 # Whether the fused (Inductor) pass uses the table. Measured on the H200 (bench/RESULTS.md, run 9c;
 # 8192x4096 bf16): 0.77 ms with it, 0.74 ms with the exp — Inductor's looped row kernel loads the
 # table in each of its loops (0.46 -> 0.58 ms) while the column-sum kernel gains (0.24 -> 0.16 ms).
-# So off; the hand-written Triton pass (references/triton_reference.py) gains with it (26 -> 30 %).
+# So off; the hand-written Triton pass (references/triton_reference.py) gains a little with it
+# (1.04 -> 0.96 ms at the same strips, 26 -> 28 % of the floor).
 FUSED_SIGMOID_TABLE = False
 
 

@@ -30,10 +30,11 @@ def _gamma(p: dict) -> list:
 
 def sum_of_squares(values: list[float]):
     """sum(v*v) over float64 values, exactly (each v is p / 2**k: Python integers), then rounded
-    once to the working precision: at >= 106 bits (the default 50 digits is 169), where every
-    product is exact, the very mpf that mpmath.fsum(v*v) gives, ~10x faster. Each row's r needs
-    it, and y, dgate and dweight certification spent most of their mpmath time there (bench/RESULTS.md,
-    run 9)."""
+    once to the working precision: the correctly rounded sum, ~10x faster than mpmath.fsum(v*v).
+    (fsum gives the same value except where it drops terms lying more than about 2*prec bits below
+    its running sum; the per-element and full-row paths here both use this one.) Each row's r
+    needs it, and y, dgate and dweight certification spent most of their mpmath time there
+    (bench/RESULTS.md, run 9)."""
     if not all(math.isfinite(v) for v in values):
         return mpmath.fsum(mpmath.mpf(v) * mpmath.mpf(v) for v in values)
     ratios = [v.as_integer_ratio() for v in values]
@@ -159,13 +160,6 @@ def cached_rows(cache: dict, need_c: bool = False) -> set[int]:
         if key[0] == "full" or (key[0] == "parts" and (not need_c or "c" in val)):
             rows.add(key[1])
     return rows
-
-
-def _cached_full(cache: dict, inp: Inputs, i: int, dps: int) -> dict:
-    key = ("full", i, dps)
-    if key not in cache:
-        cache[key] = row(inp, i, dps)
-    return cache[key]
 
 
 def all_values(inp: Inputs, dps: int = DEFAULT_DPS) -> dict[str, torch.Tensor]:

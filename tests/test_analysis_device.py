@@ -22,13 +22,19 @@ def test_analysis_device_small_cuda_cases_on_the_cpu(shape, device, want):
     assert runner.analysis_device(make_case(shape=list(shape)), device) == want
 
 
-def test_case_inputs_puts_references_where_analysis_runs(monkeypatch):
+@pytest.mark.parametrize("golden", [False, True])
+def test_case_inputs_puts_references_where_analysis_runs(monkeypatch, tmp_path, golden):
+    # the implementation's device is "meta" (no CUDA needed); analysis_device says "cpu": the
+    # references (fresh or from the golden store) must be built there, the inputs go to "meta"
     case = make_case(shape=[4, 19])
     seen = []
     monkeypatch.setattr(runner, "analysis_device", lambda c, d: seen.append((c.case_id, d)) or "cpu")
-    inp, refs = runner.case_inputs(case, "x", "cpu")
-    assert seen == [(case.case_id, "cpu")]
-    assert refs.inputs.x.device.type == "cpu" and torch.equal(refs.inputs.x, inp.x)
+    inp, refs = runner.case_inputs(case, "x", "meta", tmp_path if golden else None)
+    assert seen == [(case.case_id, "meta")]
+    assert inp.x.device.type == "meta" and inp.gate.device.type == "meta"
+    assert refs.inputs.x.device.type == "cpu" and refs.values["y"].device.type == "cpu"
+    assert torch.isfinite(refs.values["y"]).all()
+    assert bool(list(tmp_path.glob("*.npz"))) == golden
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -23,6 +23,21 @@ def test_follows_triton_home(monkeypatch, tmp_path):
     assert triton_default_cache_dir() == str(tmp_path / "th" / ".triton" / "cache")
 
 
+def test_leaves_it_unset_where_the_default_cannot_be_written(monkeypatch, tmp_path):
+    home = tmp_path / "ro"
+    home.mkdir()
+    home.chmod(0o500)                      # read-only home: ~/.triton cannot be created
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("TRITON_HOME", raising=False)
+    try:
+        if os.access(home, os.W_OK):       # running as root: permissions do not bind
+            monkeypatch.setenv("TRITON_HOME", "/proc/no-such-dir")
+        env = {}
+        assert pin_triton_cache_dir(env) is None and "TRITON_CACHE_DIR" not in env
+    finally:
+        home.chmod(0o700)
+
+
 def test_leaves_a_chosen_directory_alone():
     env = {"TRITON_CACHE_DIR": "/somewhere/else"}
     assert pin_triton_cache_dir(env) == "/somewhere/else" and env == {"TRITON_CACHE_DIR": "/somewhere/else"}

@@ -143,3 +143,20 @@ def test_fused_pass_with_the_table_matches_exact_outputs(monkeypatch, dtype):
         assert torch.all((vf[k] - v[k]).abs() <= bound[k] * g[k] + 1e-300), k
         assert torch.all((gf[k] - g[k]).abs() <= bound[k] * g[k] + 1e-300), k
     assert fast.has_sigmoid_table(torch.bfloat16) and not fast.has_sigmoid_table(torch.float32)
+
+
+def test_fused_pass_reads_its_sigmoids_from_the_table(monkeypatch):
+    """A table holding 2*sigmoid(t) (and sigmoid(-t) as it is) doubles y = n * t * s: the
+    compiled pass takes s from the table, not from an exp."""
+    from references import fast
+    monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", True)
+    table_of = fast.sigmoid_table
+    monkeypatch.setattr(fast, "sigmoid_table",
+                        lambda d, dev: table_of(d, dev) * torch.tensor([2.0, 1.0], dtype=torch.float64))
+    inp = make_inputs((2, 64), torch.bfloat16, False, gate_scale=3.0, seed=9)
+    v, g = exact_outputs(inp)
+    vf, _ = fast.exact_outputs_fused(inp)
+    bound = float64_error_bound(inp)["y"]
+    assert fast._key(inp) not in fast._FAILED
+    assert torch.all((vf["y"] - 2 * v["y"]).abs() <= 2 * bound * g["y"] + 1e-300)
+    assert torch.any(v["y"] != 0)

@@ -121,8 +121,9 @@ def test_mp_values_per_element_equal_the_full_row(zc):
 
 @pytest.mark.parametrize("dps", [50, 33, 5])
 def test_sum_of_squares_is_the_fsum_of_squares(dps):
-    """Equal to fsum(v*v) wherever the products are exact (>= 106 bits: the default 50 digits
-    and 33); below, the exact sum rounded once (fsum would round each product first)."""
+    """The exact sum rounded once: fsum(v*v) where the products are exact (>= 106 bits: the
+    default 50 digits and 33) and no term is far below the running sum; at lower precision fsum
+    would round each product first, so compare with the exact sum rounded."""
     gen = torch.Generator().manual_seed(dps)
     rows = [torch.randn(257, generator=gen, dtype=torch.float64).tolist(),
             (torch.randn(64, generator=gen) * 2.0 ** torch.randint(-140, 120, (64,), generator=gen)).tolist(),
@@ -140,6 +141,9 @@ def test_sum_of_squares_is_the_fsum_of_squares(dps):
             assert got == want and isinstance(got, mpmath.mpf), (dps, values[:3])
         # a non-finite value takes the plain path, and gives its answer
         assert mp.sum_of_squares([1.0, math.inf]) == mpmath.inf
+    # terms far below the running sum still count (fsum drops them): the correctly rounded sum
+    with mpmath.workdps(50):
+        assert mp.sum_of_squares([1.0, 2.0 ** -85, 2.0 ** -85]) == 1 + mpmath.mpf(2) ** -169
 
 
 def test_mp_dweight_of_some_columns_equals_the_full_rows_sum():
