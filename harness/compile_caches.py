@@ -13,6 +13,7 @@ an unset variable where Triton's default cannot be written.
 Not pinned: scripts that bypass the command line (bench/*.py, pytest)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 
 
@@ -30,12 +31,12 @@ def _writable(path: str) -> bool:
 
 
 def pin_triton_cache_dir(environ: dict | None = None) -> str | None:
-    """Set TRITON_CACHE_DIR to Triton's default unless already set, or unless that directory cannot
-    be written (a read-only or missing home: Inductor's own /tmp directory then keeps working, as
+    """Set TRITON_CACHE_DIR to Triton's default unless already set, Triton is not installed (nothing
+    to pin, no directory created in the home of a CPU-only user), or that directory cannot be written (a read-only or missing home: Inductor's own /tmp directory then keeps working, as
     before); returns the directory in force, None if left unset. (--jobs workers and bisect steps
     inherit it.)"""
     env = os.environ if environ is None else environ
-    if "TRITON_CACHE_DIR" not in env:
+    if "TRITON_CACHE_DIR" not in env and importlib.util.find_spec("triton") is not None:
         default = triton_default_cache_dir()
         if _writable(default):
             env["TRITON_CACHE_DIR"] = default
