@@ -20,7 +20,7 @@ from references.formats import Format, round_to
 # per output, or for dweight beyond this many case elements, the rest is left uncertified (and
 # counted as such) rather than stalling a sweep. Small cases are always certified in full.
 MP_DWEIGHT_LIMIT = 200_000
-MP_ROW_ELEMENTS = 1 << 14      # mpmath row work per output: rows * H (~75 us an element on one core)
+MP_ROW_ELEMENTS = 1 << 14      # mpmath row work per output: rows * H (~20 us an element on one core)
 
 
 @dataclass
@@ -74,8 +74,10 @@ def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cach
 
     Cost model (references.mp.values): dx needs its row's c, one exp per element of the row, so a
     row costs `hidden`; y, dn, dgate need one exp per requested element plus the row's sum of
-    squares, counted as ~1/16 of an exp an element (conservative since that sum is exact integer
-    arithmetic, run 9)."""
+    squares, counted as 1/32 of an exp an element (measured: 2 ms for a row of 4096, 18-19 us an
+    element's exp, since that sum is exact integer arithmetic; at 1/16, 1345 of the 20770 elements
+    `full`'s mpmath-heavy cases flag were certified, at 1/32 1590, for 9 % more mpmath time:
+    bench/certify-run9.txt)."""
     rows: dict[int, list[int]] = {}
     for k in flat:
         rows.setdefault(k // hidden, []).append(k)
@@ -84,7 +86,7 @@ def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cach
     chosen, spent, new_rows = [], 0, 0
     for r in order:
         fresh = r not in cached
-        cost = (hidden if output == "dx" else -(-hidden // 16)) if fresh else 0
+        cost = (hidden if output == "dx" else -(-hidden // 32)) if fresh else 0
         cost += 0 if output == "dx" else len(rows[r])
         if spent + cost > row_elements and (new_rows or not fresh):
             continue                             # over budget (one new row is always taken)
