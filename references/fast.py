@@ -83,12 +83,15 @@ def has_sigmoid_table(gate_dtype: torch.dtype) -> bool:
     return gate_dtype in (torch.bfloat16, torch.float16)
 
 
-# Whether the fused (Inductor) pass uses the table. Measured on the H200 (bench/RESULTS.md, run 9c;
-# 8192x4096 bf16): 0.77 ms with it, 0.74 ms with the exp — Inductor's looped row kernel loads the
-# table in each of its loops (0.46 -> 0.58 ms) while the column-sum kernel gains (0.24 -> 0.16 ms).
-# So off; the hand-written Triton pass (references/triton_reference.py) gains a little with it
-# (1.04 -> 0.96 ms at the same strips, 26 -> 28 % of the floor).
-FUSED_SIGMOID_TABLE = False
+# Where the fused (Inductor) pass reads the table: "off" (exp everywhere), "all", or "columns" (only
+# in the dweight column sums). Measured on the H200 (bench/RESULTS.md, run 9c; 8192x4096 bf16):
+# "all" 0.77 ms, "off" 0.74 ms — Inductor's looped row kernel loads the table in each of its loops
+# (0.46 -> 0.58 ms) while the column-sum kernel, which recomputes silu, gains (0.24 -> 0.16 ms).
+# "columns" would take each kernel's better half; written after the device time was spent, so
+# not yet measured on a GPU (bench/bench_reference.py times all three). The hand-written Triton
+# pass (references/triton_reference.py) gains a little with the table (26 -> 28 % of the floor).
+FUSED_SIGMOID_TABLE = "off"
+TABLE_MODES = ("off", "all", "columns")
 
 
 def _gate_sigmoids(gate_in, t, table):
@@ -104,9 +107,10 @@ def _gate_sigmoids(gate_in, t, table):
     return torch.where(pos, d, ed), torch.where(pos, ed, d)
 
 
-def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool):
+def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool, table_mode: str = "all"):
     """references.exact.exact_outputs, written as one graph (same formulas; the two sigmoids from a
-    table of the gate dtype's values, or from one shared exp)."""
+    table of the gate dtype's values, or from one shared exp; with table_mode "columns" the table
+    only for the dweight column sums)."""
     f64 = torch.float64
     x = x_in.to(f64)
     w = w_in.to(f64)
@@ -115,7 +119,7 @@ def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool):
     xhat = x * r
     t = gate_in.to(f64)
     dy = dy_in.to(f64)
-    s, one_minus_s = _gate_sigmoids(gate_in, t, table)
+    s, one_minus_s = _gate_sigmoids(gate_in, t, table if table_mode == "all" else None)
     silu = t * s
     dsilu = s * (1 + t * one_minus_s)
     dsilu_abs = s * (1 + t.abs() * one_minus_s)
@@ -125,13 +129,15 @@ def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool):
     dxhat = dn * g
     dx = r * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
     h = dn.shape[-1]
-    dweight = (dn * xhat).reshape(-1, h).sum(0)
+    # the column sums are their own kernel, which recomputes dn: there the table may pay
+    dn_col = dy * (t * _gate_sigmoids(gate_in, t, table)[0]) if table_mode == "columns" else dn
+    dweight = (dn_col * xhat).reshape(-1, h).sum(0)
     # rmsnorm_backward_gauge
     dn_abs = dn.abs()
     a = dn_abs * g.abs()
     xa = xhat.abs()
     dx_g = r * (a + xa * (a * xa).mean(-1, keepdim=True))
-    dw_g = (dn_abs * xa).reshape(-1, h).sum(0)
+    dw_g = (dn_col.abs() * xa).reshape(-1, h).sum(0)
     y = n * silu
     dgate = dy * n * dsilu
     dgate_g = (dy * n).abs() * dsilu_abs
@@ -155,17 +161,17 @@ def _key(inp: Inputs):
             str(inp.x.device), float(inp.eps), bool(inp.zero_centered_gamma))
 
 
-def _compiled_outputs(key):
-    fn = _COMPILED.get(("outputs",) + key)
+def _compiled_outputs(key, table_mode: str = "off"):
+    fn = _COMPILED.get(("outputs", table_mode) + key)
     if fn is None:
         _raise_recompile_limit()
         eps, zc = key[-2], key[-1]
 
         def body(x, gate, w, dy, table):
-            return _outputs_body(x, gate, w, dy, table, eps, zc)
+            return _outputs_body(x, gate, w, dy, table, eps, zc, table_mode)
 
         fn = torch.compile(body, dynamic=False, fullgraph=True, options=_inductor_options())
-        _COMPILED[("outputs",) + key] = fn
+        _COMPILED[("outputs", table_mode) + key] = fn
     return fn
 
 
@@ -175,12 +181,15 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
     the |value| gauges of y, n, dn) is computed eagerly on first use (exact.Derived)."""
     if inp.x.numel() == 0:
         return exact_outputs(inp)
+    if FUSED_SIGMOID_TABLE not in TABLE_MODES:           # a setting, not a compile failure: raise
+        raise ValueError(f"references.fast.FUSED_SIGMOID_TABLE {FUSED_SIGMOID_TABLE!r}: one of {TABLE_MODES}")
     key = _key(inp)
     if key not in _FAILED:
         try:
-            use = FUSED_SIGMOID_TABLE and has_sigmoid_table(inp.gate.dtype)
-            table = sigmoid_table(inp.gate.dtype, inp.gate.device) if use else None
-            y, dgate, dx, dw, dgate_g, dx_g, dw_g = _compiled_outputs(key)(inp.x, inp.gate, inp.weight, inp.dy, table)
+            mode = FUSED_SIGMOID_TABLE if has_sigmoid_table(inp.gate.dtype) else "off"
+            table = sigmoid_table(inp.gate.dtype, inp.gate.device) if mode != "off" else None
+            y, dgate, dx, dw, dgate_g, dx_g, dw_g = _compiled_outputs(key, mode)(inp.x, inp.gate, inp.weight,
+                                                                                 inp.dy, table)
             return completed_on_use(inp, {"y": y, "dgate": dgate, "dx": dx, "dweight": dw},
                                     {"dgate": dgate_g, "dx": dx_g, "dweight": dw_g})
         except Exception as err:     # compiler missing, backend error, ...: eager from now on

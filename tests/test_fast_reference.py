@@ -128,10 +128,11 @@ def test_sigmoid_table_holds_sigmoid_of_every_bit_pattern(dtype):
     assert rows[:, 0][t == float("inf")].item() == 1.0 and rows[:, 1][t == float("inf")].item() == 0.0
 
 
+@pytest.mark.parametrize("mode", ["all", "columns"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_fused_pass_with_the_table_matches_exact_outputs(monkeypatch, dtype):
+def test_fused_pass_with_the_table_matches_exact_outputs(monkeypatch, dtype, mode):
     from references import fast
-    monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", True)
+    monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", mode)
     asked, table_of = [], fast.sigmoid_table
     monkeypatch.setattr(fast, "sigmoid_table", lambda d, dev: asked.append(d) or table_of(d, dev))
     inp = make_inputs((3, 96), dtype, True, gate_scale=6.0, gate_shift=-2.0, seed=5)
@@ -145,18 +146,29 @@ def test_fused_pass_with_the_table_matches_exact_outputs(monkeypatch, dtype):
     assert fast.has_sigmoid_table(torch.bfloat16) and not fast.has_sigmoid_table(torch.float32)
 
 
-def test_fused_pass_reads_its_sigmoids_from_the_table(monkeypatch):
-    """A table holding 2*sigmoid(t) (and sigmoid(-t) as it is) doubles y = n * t * s: the
-    compiled pass takes s from the table, not from an exp."""
+@pytest.mark.parametrize("mode", ["all", "columns"])
+def test_fused_pass_reads_its_sigmoids_from_the_table(monkeypatch, mode):
+    """A table holding 2*sigmoid(t) (and sigmoid(-t) as it is) doubles y = n * t * s and dweight
+    (a sum of dn * xhat, dn = dy * t * s) where the pass reads it: everywhere ("all"), or in the
+    column sums only ("columns": y keeps the exp)."""
     from references import fast
-    monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", True)
+    monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", mode)
     table_of = fast.sigmoid_table
     monkeypatch.setattr(fast, "sigmoid_table",
                         lambda d, dev: table_of(d, dev) * torch.tensor([2.0, 1.0], dtype=torch.float64))
     inp = make_inputs((2, 64), torch.bfloat16, False, gate_scale=3.0, seed=9)
     v, g = exact_outputs(inp)
     vf, _ = fast.exact_outputs_fused(inp)
-    bound = float64_error_bound(inp)["y"]
+    bound = float64_error_bound(inp)
     assert fast._key(inp) not in fast._FAILED
-    assert torch.all((vf["y"] - 2 * v["y"]).abs() <= 2 * bound * g["y"] + 1e-300)
-    assert torch.any(v["y"] != 0)
+    y_factor = 2 if mode == "all" else 1
+    assert torch.all((vf["y"] - y_factor * v["y"]).abs() <= 2 * bound["y"] * g["y"] + 1e-300)
+    assert torch.all((vf["dweight"] - 2 * v["dweight"]).abs() <= 2 * bound["dweight"] * g["dweight"] + 1e-300)
+    assert torch.any(v["y"] != 0) and torch.any(v["dweight"] != 0)
+
+
+def test_fused_table_setting_must_be_a_mode(monkeypatch):
+    from references import fast
+    monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", True)
+    with pytest.raises(ValueError, match="FUSED_SIGMOID_TABLE"):
+        fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
