@@ -6,7 +6,7 @@ O=${OUT:-out/cache-probe}/p RUN_LOG=${OUT:-out/cache-probe}/probe.txt RUN_TAIL=0
 source bench/gpu_lib.sh
 export TRITON_PRINT_AUTOTUNING=1
 S=bench/suites/one-key.toml U=$(id -un)
-clear() { rm -rf ~/.triton/cache "/tmp/torchinductor_$U" /tmp/tcd; }
+clear() { cold_caches; rm -rf /tmp/tcd; }
 count() { echo "  $1: autotuned $(cat "$O/$1.txt" "$O/$1"/jobs/*/log.txt 2>/dev/null | grep -c 'autotuning for function'), " \
   "files: ~/.triton/cache $(find ~/.triton/cache -type f 2>/dev/null | wc -l), inductor triton $(find /tmp/torchinductor_$U/triton -type f 2>/dev/null | wc -l), " \
   "/tmp/tcd $(find /tmp/tcd -type f 2>/dev/null | wc -l), autotune.json $(find ~/.triton /tmp/torchinductor_$U /tmp/tcd -name '*.autotune.json' 2>/dev/null | wc -l)" | tee -a "$RUN_LOG"; }

@@ -1,6 +1,7 @@
 # Sourced by the bench/gpu_run*.sh batches (run on the device machine through the device tool):
 # the wheels the device image lacks (.whl/ -> /tmp/site), the environment, the machine and its
 # versions appended to $O/env.txt, and
+#   cold_caches             — remove Triton's and Inductor's on-disk caches
 #   run NAME SECONDS CMD...  — CMD under a time limit, its output in $O/NAME.txt, a line
 #                              "NAME: exit RC, S s" on screen and in $RUN_LOG, then the last
 #                              ${TAILN:-$RUN_TAIL} lines of the output that do not match $RUN_SKIP.
@@ -17,3 +18,6 @@ run() { local name=$1 t=$2; shift 2; local s=$(date +%s.%N)
   timeout "$t" "$@" > "$O/$name.txt" 2>&1; local rc=$?
   echo "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N)-$s,1))") s" | tee -a "$RUN_LOG"
   if [ -n "${RUN_SKIP:-}" ]; then grep -v "$RUN_SKIP" "$O/$name.txt"; else cat "$O/$name.txt"; fi | tail -${TAILN:-${RUN_TAIL:-6}}; }
+# "cold" must not depend on what an earlier call left on a machine kept warm: Triton's and
+# Inductor's on-disk caches removed
+cold_caches() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }

@@ -21,8 +21,6 @@ sweep() { local name=$1 t=$2
     --cases ${SUITE:-full} --device cuda --out "$O/$name" --jobs ${JOBS:-16} --shard-by ${BY:-shape} --no-report
   (cd "$O/$name" && rm -f results.csv jobs/*/results.csv jobs/*/summary.csv)   # summary.csv holds the findings
   keep "$name" "$name.txt"; }
-# "cold" must not depend on what an earlier call left on a machine kept warm
-cold_caches() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 gpu_tests() { python3 -m pytest -q -p no:cacheprovider "$@" > "$O/gpu_tests.txt" 2>&1; tail -2 "$O/gpu_tests.txt"; keep gpu_tests.txt; }
 [ $# -gt 0 ] || { echo "usage: bash bench/gpu_run8.sh full|warm|quick|probe|ref|reftests ..."; exit 2; }
 for mode in "$@"; do case "$mode" in

@@ -32,7 +32,8 @@ def _writable(path: str) -> bool:
 
 def pin_triton_cache_dir(environ: dict | None = None) -> str | None:
     """Set TRITON_CACHE_DIR to Triton's default unless already set, Triton is not installed (nothing
-    to pin, no directory created in the home of a CPU-only user), or that directory cannot be written (a read-only or missing home: Inductor's own /tmp directory then keeps working, as
+    to pin, no directory created in the home of a CPU-only user), or that directory cannot be
+    written (a read-only or missing home: Inductor's own /tmp directory then keeps working, as
     before); returns the directory in force, None if left unset. (--jobs workers and bisect steps
     inherit it.)"""
     env = os.environ if environ is None else environ

@@ -55,8 +55,6 @@ def _raise_recompile_limit(n: int = 256) -> None:
             setattr(cfg, name, n)
 
 
-# ---------------------------------------------------------------------------------- exact outputs
-
 # ------------------------------------------------------------------------ sigmoid lookup tables
 
 _TABLES: dict = {}
@@ -93,6 +91,8 @@ def has_sigmoid_table(gate_dtype: torch.dtype) -> bool:
 FUSED_SIGMOID_TABLE = "off"
 TABLE_MODES = ("off", "all", "columns")
 
+
+# ---------------------------------------------------------------------------------- exact outputs
 
 def _gate_sigmoids(gate_in, t, table):
     """sigmoid(t), sigmoid(-t): from the table for a 16-bit gate, else from one shared exp and one

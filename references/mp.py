@@ -24,8 +24,12 @@ def _mp(values: list[float]) -> list:
     return [mpmath.mpf(v) for v in values]
 
 
+def _gamma_at(w: float, zc: bool):
+    return mpmath.mpf(w) + 1 if zc else mpmath.mpf(w)
+
+
 def _gamma(p: dict) -> list:
-    return [mpmath.mpf(w) + 1 for w in p["w"]] if p["zc"] else _mp(p["w"])
+    return [_gamma_at(w, p["zc"]) for w in p["w"]]
 
 
 def sum_of_squares(values: list[float]):
@@ -48,15 +52,11 @@ def row(inp: Inputs, index: int, dps: int = DEFAULT_DPS) -> dict[str, list]:
     hsz = inp.hidden
     with mpmath.workdps(dps):
         p = _row_parts(inp, index, need_c=False)
-        x, t, dy, g, r = _mp(p["x"]), _mp(p["t"]), _mp(p["dy"]), _gamma(p), p["r"]
-        xhat = [xi * r for xi in x]
+        q = _row_lists(p)
+        t, dy, g, r, xhat, s, silu, dn, dxhat = (q[k] for k in ("t", "dy", "g", "r", "xhat", "s", "silu", "dn", "dxhat"))
         n = [a * b for a, b in zip(xhat, g)]
-        s = [1 / (1 + mpmath.exp(-ti)) for ti in t]
-        silu = [ti * si for ti, si in zip(t, s)]
         dsilu = [si * (1 + ti * (1 - si)) for ti, si in zip(t, s)]
-        dn = [a * b for a, b in zip(dy, silu)]
-        dxhat = [a * b for a, b in zip(dn, g)]
-        c = mpmath.fsum(a * b for a, b in zip(dxhat, xhat)) / hsz
+        c = _mean_dxhat_xhat(q, hsz)
         return {
             "n": n, "dn": dn,
             "y": [a * b for a, b in zip(n, silu)],
@@ -81,20 +81,30 @@ def _row_parts(inp: Inputs, index: int, need_c: bool) -> dict:
     return parts
 
 
-def _row_c(p: dict, hsz: int):
+def _row_lists(p: dict) -> dict:
+    """A row's inputs as mpf and its per-element xhat, sigmoid, silu, dn, dxhat: what `row` and
+    the dx constant c are computed from (one place, so both give the same mpf)."""
     r, x, t, dy, g = p["r"], _mp(p["x"]), _mp(p["t"]), _mp(p["dy"]), _gamma(p)
     xhat = [xi * r for xi in x]
     s = [1 / (1 + mpmath.exp(-ti)) for ti in t]
     silu = [ti * si for ti, si in zip(t, s)]
     dn = [a * b for a, b in zip(dy, silu)]
-    dxhat = [a * b for a, b in zip(dn, g)]
-    return mpmath.fsum(a * b for a, b in zip(dxhat, xhat)) / hsz
+    return {"t": t, "dy": dy, "g": g, "r": r, "xhat": xhat, "s": s, "silu": silu, "dn": dn,
+            "dxhat": [a * b for a, b in zip(dn, g)]}
+
+
+def _mean_dxhat_xhat(q: dict, hsz: int):
+    return mpmath.fsum(a * b for a, b in zip(q["dxhat"], q["xhat"])) / hsz
+
+
+def _row_c(p: dict, hsz: int):
+    return _mean_dxhat_xhat(_row_lists(p), hsz)
 
 
 def _element(p: dict, output: str, j: int):
     """One element of n, y, dn, dgate or dx from its row's pieces (the formulas of `row`)."""
     r, xj, tj, dyj = p["r"], mpmath.mpf(p["x"][j]), mpmath.mpf(p["t"][j]), mpmath.mpf(p["dy"][j])
-    gj = mpmath.mpf(p["w"][j]) + 1 if p["zc"] else mpmath.mpf(p["w"][j])
+    gj = _gamma_at(p["w"][j], p["zc"])
     xhat = xj * r
     if output == "n":
         return xhat * gj
