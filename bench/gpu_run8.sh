@@ -21,7 +21,8 @@ sweep() { local name=$1 t=$2
     --cases ${SUITE:-full} --device cuda --out "$O/$name" --jobs ${JOBS:-16} --shard-by ${BY:-shape} --no-report
   (cd "$O/$name" && rm -f results.csv jobs/*/results.csv jobs/*/summary.csv)   # summary.csv holds the findings
   keep "$name" "$name.txt"; }
-gpu_tests() { python3 -m pytest -q -p no:cacheprovider "$@" > "$O/gpu_tests.txt" 2>&1; tail -2 "$O/gpu_tests.txt"; keep gpu_tests.txt; }
+gpu_tests() { timeout ${T_TESTS:-240} python3 -m pytest -q -p no:cacheprovider "$@" > "$O/gpu_tests.txt" 2>&1
+  echo "gpu_tests: exit $?" >> "$O/gpu_tests.txt"; tail -3 "$O/gpu_tests.txt"; keep gpu_tests.txt; }
 [ $# -gt 0 ] || { echo "usage: bash bench/gpu_run8.sh full|warm|quick|probe|ref|reftests ..."; exit 2; }
 for mode in "$@"; do case "$mode" in
   full) cold_caches; export TRITON_PRINT_AUTOTUNING=1
@@ -30,9 +31,9 @@ for mode in "$@"; do case "$mode" in
   quick) IMPLS="--impl torch --impl torch-compile --impl torch-compile-emulate --impl fla" SUITE=quick sweep quick ${T_QUICK:-200} ;;
   probe) cold_caches; export TRITON_PRINT_AUTOTUNING=1; TAILN=40 run probe_cold 200 python3 bench/bench_first_call.py
          TAILN=40 run probe_warm 150 python3 bench/bench_first_call.py; keep probe_cold.txt probe_warm.txt ;;
-  ref|reftests) TAILN=${REF_TAIL:-14} run ref_bench 150 python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 --triton --profile
+  ref|reftests) TAILN=${REF_TAIL:-40} run ref_bench ${T_REF:-200} python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 --triton --profile
         keep ref_bench.txt
-        gpu_tests ${GPU_TESTS:-tests/test_triton_reference.py tests/test_fast_reference.py tests/test_analysis_device.py}
+        gpu_tests ${GPU_TESTS:-tests/test_triton_reference.py tests/test_analysis_device.py}
         if [ "$mode" = ref ]; then
           run exh_bf16 90 python3 bench/bench_exhaustive.py --dtype bf16 --device cuda
           run exh_fp16 80 python3 bench/bench_exhaustive.py --dtype fp16 --device cuda; keep exh_bf16.txt exh_fp16.txt

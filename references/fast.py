@@ -38,11 +38,11 @@ def worth_fusing(t: torch.Tensor) -> bool:
     return t.is_cuda and t.numel() >= FUSED_MIN_ELEMENTS
 
 
-def _warn_once(what: str, err: BaseException) -> None:
+def _warn_once(what: str, err: BaseException, instead: str = "the eager implementation") -> None:
     if what not in _WARNED:
         _WARNED.add(what)
-        warnings.warn(f"references.fast: torch.compile of {what} failed ({type(err).__name__}: {err}); "
-                      f"using the eager implementation", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"references.fast: {what} failed ({type(err).__name__}: {err}); using {instead}",
+                      RuntimeWarning, stacklevel=3)
 
 
 def _raise_recompile_limit(n: int = 256) -> None:
@@ -194,8 +194,32 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
                                     {"dgate": dgate_g, "dx": dx_g, "dweight": dw_g})
         except Exception as err:     # compiler missing, backend error, ...: eager from now on
             _FAILED.add(key)
-            _warn_once("exact_outputs", err)
+            _warn_once("torch.compile of exact_outputs", err)
     return exact_outputs(inp)
+
+
+# Which pass builds a big CUDA case's reference (bench/RESULTS.md, run 10): "triton" — the
+# hand-written one-pass kernel over whole rows (references/triton_reference.py), where Triton is
+# installed and a row fits its registers, else Inductor's fused pass — or "inductor".
+GPU_PASS = "triton"
+GPU_PASSES = ("triton", "inductor")
+
+
+def exact_outputs_gpu(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The reference of a big case on a GPU, by GPU_PASS; a Triton failure warns once and falls
+    back to exact_outputs_fused for that key (which itself falls back to the eager closed forms)."""
+    if GPU_PASS not in GPU_PASSES:
+        raise ValueError(f"references.fast.GPU_PASS {GPU_PASS!r}: one of {GPU_PASSES}")
+    key = ("triton",) + _key(inp)
+    if GPU_PASS == "triton" and key not in _FAILED and inp.x.numel() > 0:
+        from references import triton_reference as tr
+        if tr.available() and tr.fits_in_rows(inp.hidden):
+            try:
+                return tr.exact_outputs_triton(inp)
+            except Exception as err:
+                _FAILED.add(key)
+                _warn_once("the Triton reference pass", err, "Inductor's fused pass")
+    return exact_outputs_fused(inp)
 
 
 # ---------------------------------------------------------------------------------- undecided mask
@@ -229,5 +253,5 @@ def undecided_fast(value64: torch.Tensor, abs_bound: torch.Tensor, fmt: Format) 
             return fn(v.contiguous(), b.contiguous())
         except Exception as err:
             _FAILED.add(key)
-            _warn_once("undecided", err)
+            _warn_once("torch.compile of undecided", err)
     return _undecided_eager(v, b, fmt)

@@ -172,3 +172,54 @@ def test_fused_table_setting_must_be_a_mode(monkeypatch):
     monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", True)
     with pytest.raises(ValueError, match="FUSED_SIGMOID_TABLE"):
         fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
+
+
+def _sentinel_pass(name, calls):
+    def run(inp):
+        calls.append(name)
+        return name
+    return run
+
+
+def test_gpu_pass_uses_triton_where_it_fits(monkeypatch):
+    from references import fast, triton_reference as tr
+    calls = []
+    monkeypatch.setattr(tr, "available", lambda: True)
+    monkeypatch.setattr(tr, "fits_in_rows", lambda hidden: hidden <= 16)
+    monkeypatch.setattr(tr, "exact_outputs_triton", _sentinel_pass("triton", calls))
+    monkeypatch.setattr(fast, "exact_outputs_fused", _sentinel_pass("inductor", calls))
+    assert fast.exact_outputs_gpu(make_inputs((2, 16), torch.bfloat16)) == "triton"
+    assert fast.exact_outputs_gpu(make_inputs((2, 17), torch.bfloat16)) == "inductor"   # too wide a row
+    monkeypatch.setattr(fast, "GPU_PASS", "inductor")
+    assert fast.exact_outputs_gpu(make_inputs((2, 16), torch.bfloat16)) == "inductor"
+    monkeypatch.setattr(tr, "available", lambda: False)
+    monkeypatch.setattr(fast, "GPU_PASS", "triton")
+    assert fast.exact_outputs_gpu(make_inputs((2, 16), torch.bfloat16)) == "inductor"   # no Triton
+    assert calls == ["triton", "inductor", "inductor", "inductor"]
+
+
+def test_gpu_pass_falls_back_once_when_triton_fails(monkeypatch):
+    from references import fast, triton_reference as tr
+    calls = []
+
+    def broken(inp):
+        calls.append("triton")
+        raise RuntimeError("no kernel image")
+    monkeypatch.setattr(tr, "available", lambda: True)
+    monkeypatch.setattr(tr, "fits_in_rows", lambda hidden: True)
+    monkeypatch.setattr(tr, "exact_outputs_triton", broken)
+    monkeypatch.setattr(fast, "exact_outputs_fused", _sentinel_pass("inductor", calls))
+    monkeypatch.setattr(fast, "_FAILED", set())
+    monkeypatch.setattr(fast, "_WARNED", set())
+    inp = make_inputs((3, 8), torch.float16)
+    with pytest.warns(RuntimeWarning, match="Triton reference pass failed .*no kernel image.*Inductor"):
+        assert fast.exact_outputs_gpu(inp) == "inductor"
+    assert fast.exact_outputs_gpu(inp) == "inductor"      # not tried again for this key
+    assert calls == ["triton", "inductor", "inductor"]
+
+
+def test_gpu_pass_setting_must_be_a_pass(monkeypatch):
+    from references import fast
+    monkeypatch.setattr(fast, "GPU_PASS", "cuda")
+    with pytest.raises(ValueError, match="GPU_PASS"):
+        fast.exact_outputs_gpu(make_inputs((2, 8), torch.bfloat16))

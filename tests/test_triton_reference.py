@@ -21,17 +21,23 @@ CASES = [((5, 19), torch.bfloat16, False, 1e-5, 0.0), ((3, 4, 64), torch.float16
          ((7, 33), torch.float32, False, 0.0, 2.0), ((2, 130), torch.bfloat16, False, 1e-5, -40.0),
          ((9, 1), torch.bfloat16, True, 0.3, 0.0),
          ((2, 2100), torch.bfloat16, False, 1e-5, 0.5),     # row sums over two 2048-column chunks
-         ((40, 130), torch.float16, True, 1e-5, -1.0)]      # strips of 8-row steps, 5 of them real
+         ((40, 130), torch.float16, True, 1e-5, -1.0),      # strips of 8-row steps, 5 of them real
+         ((3, 8192), torch.float32, False, 1e-5, 1.0)]      # the widest row of the rows layout
 
 
 def check_all(device: str) -> None:
     from references.triton_reference import exact_outputs_triton
-    runs = [(c, {}) for c in CASES] + [(c, {"rows": 3, "strip": 16}) for c in CASES] + \
+    runs = [(c, {}) for c in CASES] + \
+           [(c, {"layout": "rows", "rows_per_step": 2, "per_sm": 1}) for c in CASES] + \
+           [(c, {"layout": "strips"}) for c in CASES] + \
+           [(c, {"layout": "strips", "rows": 3, "strip": 16}) for c in CASES] + \
            [(c, {"table": False}) for c in CASES if c[1] != torch.float32]     # 16-bit gates through exp
     for (shape, dtype, zc, eps, shift), split in runs:
         inp = make_inputs(shape, dtype, zc, gate_shift=shift, eps=eps, seed=len(shape)).to(device)
         v, g = exact_outputs(inp)
-        vt, gt = exact_outputs_triton(inp, **split)   # 3 rows x 16 columns: many strips, partial blocks
+        # rows 2 a step over at most 4 programs: programs loop, partial steps; strips of 3 rows x 16
+        # columns: many strips, partial blocks
+        vt, gt = exact_outputs_triton(inp, **split)
         b = float64_error_bound(inp)
         for k in v:
             assert vt[k].shape == v[k].shape and vt[k].dtype == torch.float64, (shape, k)
@@ -52,3 +58,36 @@ def test_triton_reference_matches_exact_outputs():
     code = "from tests.test_triton_reference import check_all; check_all('cpu'); print('OK')"
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0 and "OK" in p.stdout, p.stdout[-2000:] + p.stderr[-4000:]
+
+
+def test_triton_reference_layout_must_be_rows_or_strips():
+    pytest.importorskip("triton")
+    from references.triton_reference import exact_outputs_triton
+    with pytest.raises(ValueError, match="layout 'tiles'"):
+        exact_outputs_triton(make_inputs((2, 8), torch.bfloat16), layout="tiles")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_harness_builds_big_cuda_cases_with_the_triton_pass(monkeypatch):
+    """bundle.build on a case big enough to fuse goes through the one-pass Triton kernel, whose
+    values agree with the eager closed forms and certify the same golden values."""
+    pytest.importorskip("triton")
+    from references import triton_reference as tr
+    from references.bundle import build
+    from references.certify import certify
+    from references.fast import FUSED_MIN_ELEMENTS
+    from references.formats import fmt_of
+    calls = []
+    real = tr.exact_outputs_triton
+    monkeypatch.setattr(tr, "exact_outputs_triton", lambda inp: calls.append(1) or real(inp))
+    inp = make_inputs((FUSED_MIN_ELEMENTS // 4096, 4096), torch.bfloat16, False, seed=3).to("cuda")
+    refs = build(inp)
+    assert calls == [1]
+    v, g = exact_outputs(inp)
+    b = float64_error_bound(inp)
+    for k in ("y", "dx", "dgate", "dweight"):
+        assert torch.all((refs.values[k] - v[k]).abs() <= b[k] * g[k] + 1e-300), k
+        a, e = refs.certified(k, fmt_of("bf16")), certify(inp, k, fmt_of("bf16"), values=v, gauges=g)
+        # decided and mpmath-certified elements are the correctly rounded value in both; only the
+        # ones left to float64 (over certification's caps) may round either way
+        assert int((a.golden != e.golden).sum()) <= a.uncertified + e.uncertified, k
