@@ -100,31 +100,31 @@ def main():
         for e in sorted(prof.key_averages(), key=lambda e: -getattr(e, "device_time_total", 0))[:6]:
             print(f"  kernel {e.key[:70]}: {getattr(e, 'device_time_total', 0) / 3 / 1e3:.3f} ms a call")
     if a.triton:
-        from references.triton_reference import exact_outputs_triton, launch_shape, rows_launch
+        from references.triton_reference import blocks_launch, exact_outputs_triton, launch_shape
         vf, gf = exact_outputs_fused(inp)
         bnd0 = float64_error_bound(inp)
-        dev = inp.x.device
-        # (layout, launch overrides, sigmoid table): the rows layout's default first (the harness's
+        # (layout, launch overrides, sigmoid table): the blocks layout's default first (the harness's
         # pass for big CUDA cases), then other launch shapes, then the strips layout
-        variants = [("rows", {}, True), ("rows", {}, False)] + \
-            [("rows", dict(rows_per_step=rb, warps=nw, per_sm=ps), True)
-             for rb, nw, ps in ((1, 8, 2), (1, 8, 4), (1, 16, 1), (1, 16, 3), (1, 32, 1), (2, 16, 1),
-                                (2, 32, 1), (4, 32, 1))] + \
+        variants = [("blocks", {}, False), ("blocks", {}, True)] + \
+            [("blocks", dict(rows_per_block=rb, chunk=ch, warps=nw), False)
+             for rb, ch, nw in ((8, 256, 4), (8, 256, 16), (8, 512, 8), (8, 512, 16), (16, 256, 8), (16, 128, 8),
+                                (4, 512, 8), (16, 512, 16), (32, 128, 16), (8, 1024, 16))] + \
             [("strips", {}, True), ("strips", dict(rows=128, strip=128), True)]
         for layout, kw, tab in variants:
-            if layout == "rows":
-                rb, nw, programs = rows_launch(a.tokens, a.hidden, dev, **kw)
-                shape = f"whole rows, {rb} a step, {nw} warps, {programs} programs"
+            if layout == "blocks":
+                rb, ch, nw = blocks_launch(a.tokens, a.hidden, **kw)
+                shape = f"blocks of {rb} rows, {ch} columns a step, {nw} warps"
             else:
                 cfg = launch_shape(a.tokens, a.hidden, kw.get("rows"), kw.get("strip"))
                 shape = f"row sums, then {cfg[1]}-row x {cfg[3]}-column strips, {cfg[2]} rows a step"
-            run = lambda: exact_outputs_triton(inp, table=tab, layout=layout, **kw)
+            run = lambda: exact_outputs_triton(inp, layout=layout, table=tab, **kw)
             _, t_c3 = once(run, a.device)
             t_tri = timed(run, a.device)
             vt, _ = run()
             agree = all(bool(torch.all((vt[k] - vf[k]).abs() <= 2 * bnd0[k] * gf[k] + 1e-300))
                         for k in ("y", "dx", "dgate", "dweight"))
-            traffic = fused_bytes + (3 * n * esize if layout == "strips" else 0)   # strips read the inputs twice
+            # both layouts read the inputs twice; blocks also write and read 2 partial rows a block
+            traffic = fused_bytes + 3 * n * esize + (2 * 2 * 8 * n // rb if layout == "blocks" else 0)
             print(f"exact_outputs_triton ({shape}, sigmoid {'table' if tab and has_sigmoid_table(inp.gate.dtype) else 'exp'}): "
                   f"{t_tri * 1e3:.3f} ms = {100 * floor_s / t_tri:.1f}% of the floor "
                   f"(first call incl. JIT {t_c3:.1f} s; its own traffic {100 * traffic / bw / t_tri:.0f}% "

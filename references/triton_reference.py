@@ -127,36 +127,53 @@ if triton is not None:
 
 
     @triton.jit
-    def _rows_one_pass(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
-                       y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
-                       T, H, ZC: tl.constexpr, RB: tl.constexpr, BH: tl.constexpr, TAB: tl.constexpr):
-        """Whole rows, RB at a time, in registers (BH >= H columns): the inputs read once, the row
-        sums and every output of a row in one go, the dweight terms summed down this program's rows
-        (rows pid*RB, pid*RB + step, ...: a fixed order) into one partial row of its own."""
-        cols = tl.arange(0, BH)
-        cm = cols < H
-        w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
-        gam = (w + 1.0 if ZC else w)[None, :]
-        eps = tl.load(eps_ptr)
-        dw = tl.zeros([BH], dtype=tl.float64)
-        dwg = tl.zeros([BH], dtype=tl.float64)
-        step = tl.num_programs(0) * RB
-        for first in range(tl.program_id(0) * RB, T, step):
-            rows = first + tl.arange(0, RB)
-            m = (rows < T)[:, None] & cm[None, :]
-            off = rows.to(tl.int64)[:, None] * H + cols[None, :]
+    def _row_blocks(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
+                    y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
+                    T, H, ZC: tl.constexpr, RB: tl.constexpr, CH: tl.constexpr, TAB: tl.constexpr):
+        """RB rows, CH columns at a time, twice: the row sums (as _row_sums), then every output
+        written once and the block's dweight terms summed over its RB rows, one partial row per
+        block (RB >= 8 keeps the partials to 1/RB of a float64 output)."""
+        rows = tl.program_id(0) * RB + tl.arange(0, RB)
+        rm = rows < T
+        base = rows.to(tl.int64)[:, None] * H
+        acc_xx = tl.zeros([RB, CH], dtype=tl.float64)
+        acc_u = tl.zeros([RB, CH], dtype=tl.float64)
+        acc_ua = tl.zeros([RB, CH], dtype=tl.float64)
+        for j in range(0, H, CH):
+            cols = j + tl.arange(0, CH)
+            m = rm[:, None] & (cols < H)[None, :]
+            off = base + cols[None, :]
             x = tl.load(x_ptr + off, mask=m, other=0).to(tl.float64)
             graw = tl.load(g_ptr + off, mask=m, other=0)
             t = graw.to(tl.float64)
             dy = tl.load(dy_ptr + off, mask=m, other=0).to(tl.float64)
+            w = tl.load(w_ptr + cols, mask=cols < H, other=0).to(tl.float64)
+            gam = (w + 1.0 if ZC else w)[None, :]
+            s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
+            u = dy * (t * s) * gam * x
+            acc_xx += x * x
+            acc_u += u
+            acc_ua += tl.abs(u)
+        eps = tl.load(eps_ptr)
+        r = (1.0 / tl.sqrt(tl.sum(acc_xx, axis=1) / H + eps))[:, None]     # fp64 sqrt: sqrt.rn.f64
+        c = r * (tl.sum(acc_u, axis=1) / H)[:, None]
+        q = r * (tl.sum(acc_ua, axis=1) / H)[:, None]
+        part = tl.program_id(0).to(tl.int64) * H
+        for j in range(0, H, CH):
+            cols = j + tl.arange(0, CH)
+            cm = cols < H
+            m = rm[:, None] & cm[None, :]
+            off = base + cols[None, :]
+            x = tl.load(x_ptr + off, mask=m, other=0).to(tl.float64)
+            graw = tl.load(g_ptr + off, mask=m, other=0)
+            t = graw.to(tl.float64)
+            dy = tl.load(dy_ptr + off, mask=m, other=0).to(tl.float64)
+            w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
+            gam = (w + 1.0 if ZC else w)[None, :]
             s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
-            dn = dy * (t * s)
-            u = dn * gam * x
-            r = (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / H + eps))[:, None]    # as _row_sums
-            c = r * (tl.sum(u, axis=1) / H)[:, None]
-            q = r * (tl.sum(tl.abs(u), axis=1) / H)[:, None]
             xhat = x * r
             n = xhat * gam
+            dn = dy * (t * s)
             xa = tl.abs(xhat)
             dyn = dy * n
             tl.store(y_ptr + off, n * (t * s), mask=m)
@@ -164,20 +181,21 @@ if triton is not None:
             tl.store(dgate_g_ptr + off, tl.abs(dyn) * (s * (1.0 + tl.abs(t) * oms)), mask=m)
             tl.store(dx_ptr + off, r * (dn * gam - xhat * c), mask=m)
             tl.store(dx_g_ptr + off, r * (tl.abs(dn) * tl.abs(gam) + xa * q), mask=m)
-            dw += tl.sum(tl.where(m, dn * xhat, 0.0), axis=0)       # rows past T: r may be inf
-            dwg += tl.sum(tl.where(m, tl.abs(dn) * xa, 0.0), axis=0)
-        part = tl.program_id(0).to(tl.int64) * H
-        tl.store(dw_part_ptr + part + cols, dw, mask=cm)
-        tl.store(dwg_part_ptr + part + cols, dwg, mask=cm)
+            # masked rows past T: r may be inf there (eps = 0), so leave them out explicitly
+            tl.store(dw_part_ptr + part + cols, tl.sum(tl.where(m, dn * xhat, 0.0), axis=0), mask=cm)
+            tl.store(dwg_part_ptr + part + cols, tl.sum(tl.where(m, tl.abs(dn) * xa, 0.0), axis=0), mask=cm)
 
 
-# Whole rows in registers up to this many columns (BH = the next power of two); wider rows in strips.
-ROWS_MAX_HIDDEN = 8192
+LAYOUTS = ("blocks", "strips")
 
 
-def fits_in_rows(hidden: int) -> bool:
-    """Whether a row of this width goes through the one-pass kernel (its registers hold it)."""
-    return triton is not None and triton.next_power_of_2(max(hidden, 1)) <= ROWS_MAX_HIDDEN
+def blocks_launch(tokens: int, hidden: int, rows_per_block: int | None = None, chunk: int | None = None,
+                  warps: int | None = None) -> tuple[int, int, int]:
+    """Blocks layout: (RB rows a block, CH columns a step, warps): ~8 float64 elements a thread
+    (registers), RB >= 8 where there are rows enough (the dweight partials: 1/RB of an output)."""
+    ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 256)
+    rb = rows_per_block or min(triton.next_power_of_2(max(tokens, 1)), max(8, 2048 // ch))
+    return rb, ch, warps or max(1, min(16, rb * ch // 256))
 
 
 def launch_shape(tokens: int, hidden: int, rows: int | None = None,
@@ -190,32 +208,20 @@ def launch_shape(tokens: int, hidden: int, rows: int | None = None,
     return chunk, rows or max(rb, 256), rb, bh
 
 
-def rows_launch(tokens: int, hidden: int, device, rows_per_step: int | None = None,
-                warps: int | None = None, per_sm: int | None = None) -> tuple[int, int, int]:
-    """Rows layout: (RB rows a step, warps a program, programs): ~8 elements a thread, and at most
-    per_sm programs an SM (each loops over its rows: few dweight partial rows)."""
-    bh = triton.next_power_of_2(max(hidden, 1))
-    rb = rows_per_step or max(1, min(triton.next_power_of_2(max(tokens, 1)), 2048 // bh))
-    nw = warps or max(1, min(32, rb * bh // 256))
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-    return rb, nw, max(1, min(-(-tokens // rb), sms * (per_sm or 2)))
-
-
-def exact_outputs_triton(inp: Inputs, rows: int | None = None, strip: int | None = None,
-                         table: bool = True, layout: str | None = None, rows_per_step: int | None = None,
-                         warps: int | None = None, per_sm: int | None = None
+def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = False,
+                         rows_per_block: int | None = None, chunk: int | None = None, warps: int | None = None,
+                         rows: int | None = None, strip: int | None = None
                          ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Values of y, dx, dgate, dweight and gauges of dx, dgate, dweight, as exact_outputs_fused (n,
-    dn and the |value| gauges on first use). layout "rows" (default up to ROWS_MAX_HIDDEN columns):
-    one pass, whole rows in registers; "strips": the row sums, then a pass over column strips.
-    table: a 16-bit gate's sigmoids from references.fast.sigmoid_table (else an exp per element).
-    The other arguments override the launch shapes (bench/bench_reference.py tries some)."""
+    dn and the |value| gauges on first use). layout "blocks": one kernel over blocks of whole rows
+    (rows_per_block, chunk, warps override its launch); "strips": the row sums, then a pass over
+    column strips (rows, strip). table: a 16-bit gate's sigmoids from references.fast.sigmoid_table
+    instead of an exp per element."""
     if triton is None:
         raise RuntimeError("references.triton_reference: Triton is not installed")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r}: one of {LAYOUTS}")
     shape, hidden = inp.x.shape, inp.hidden
-    layout = layout or ("rows" if fits_in_rows(hidden) else "strips")
-    if layout not in ("rows", "strips"):
-        raise ValueError(f"layout {layout!r}: rows or strips")
     x, g, dy = (t.contiguous().reshape(-1, hidden) for t in (inp.x, inp.gate, inp.dy))
     tokens, dev = x.shape[0], x.device
     f64 = dict(dtype=torch.float64, device=dev)
@@ -225,17 +231,17 @@ def exact_outputs_triton(inp: Inputs, rows: int | None = None, strip: int | None
     tab = sigmoid_table(g.dtype, dev) if use_tab else torch.zeros(2, **f64)
     eps = torch.tensor([inp.eps], **f64)
     y, dgate, dx, dgate_g, dx_g = (torch.empty((tokens, hidden), **f64) for _ in range(5))
-    if layout == "rows":
-        rb, nw, programs = rows_launch(tokens, hidden, dev, rows_per_step, warps, per_sm)
-        dw_part, dwg_part = torch.empty((programs, hidden), **f64), torch.empty((programs, hidden), **f64)
-        _rows_one_pass[(programs,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
-                                    tokens, hidden, ZC=zc, RB=rb, BH=triton.next_power_of_2(max(hidden, 1)),
-                                    TAB=use_tab, num_warps=nw)
+    if layout == "blocks":
+        rb, ch, nw = blocks_launch(tokens, hidden, rows_per_block, chunk, warps)
+        blocks = -(-tokens // rb)
+        dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
+        _row_blocks[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
+                               tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB=use_tab, num_warps=nw)
     else:
-        chunk, rows, rb, bh = launch_shape(tokens, hidden, rows, strip)
+        chunk_s, rows, rb, bh = launch_shape(tokens, hidden, rows, strip)
         stats = torch.empty((tokens, 3), **f64)
-        _row_sums[(tokens,)](x, g, dy, w, eps, tab, stats, hidden, ZC=zc, CHUNK=chunk,
-                             TAB=use_tab, num_warps=max(1, min(8, chunk // 256)))
+        _row_sums[(tokens,)](x, g, dy, w, eps, tab, stats, hidden, ZC=zc, CHUNK=chunk_s,
+                             TAB=use_tab, num_warps=max(1, min(8, chunk_s // 256)))
         blocks = -(-tokens // rows)
         dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
         _golden_tiles[(-(-hidden // bh), blocks)](x, g, dy, w, tab, stats, y, dgate, dx, dgate_g, dx_g, dw_part,

@@ -22,21 +22,21 @@ CASES = [((5, 19), torch.bfloat16, False, 1e-5, 0.0), ((3, 4, 64), torch.float16
          ((9, 1), torch.bfloat16, True, 0.3, 0.0),
          ((2, 2100), torch.bfloat16, False, 1e-5, 0.5),     # row sums over two 2048-column chunks
          ((40, 130), torch.float16, True, 1e-5, -1.0),      # strips of 8-row steps, 5 of them real
-         ((3, 8192), torch.float32, False, 1e-5, 1.0)]      # the widest row of the rows layout
+         ((3, 8192), torch.float32, False, 1e-5, 1.0)]      # many column steps
 
 
 def check_all(device: str) -> None:
     from references.triton_reference import exact_outputs_triton
     runs = [(c, {}) for c in CASES] + \
-           [(c, {"layout": "rows", "rows_per_step": 2, "per_sm": 1}) for c in CASES] + \
-           [(c, {"layout": "strips"}) for c in CASES] + \
-           [(c, {"layout": "strips", "rows": 3, "strip": 16}) for c in CASES] + \
-           [(c, {"table": False}) for c in CASES if c[1] != torch.float32]     # 16-bit gates through exp
+           [(c, {"rows_per_block": 4, "chunk": 16}) for c in CASES] + \
+           [(c, {"table": True}) for c in CASES if c[1] != torch.float32] + \
+           [(c, {"layout": "strips", "table": True}) for c in CASES] + \
+           [(c, {"layout": "strips", "rows": 3, "strip": 16}) for c in CASES]
     for (shape, dtype, zc, eps, shift), split in runs:
         inp = make_inputs(shape, dtype, zc, gate_shift=shift, eps=eps, seed=len(shape)).to(device)
         v, g = exact_outputs(inp)
-        # rows 2 a step over at most 4 programs: programs loop, partial steps; strips of 3 rows x 16
-        # columns: many strips, partial blocks
+        # blocks of 4 rows x 16-column steps: many steps, partial blocks and steps; strips of 3 rows
+        # x 16 columns: many strips, partial blocks
         vt, gt = exact_outputs_triton(inp, **split)
         b = float64_error_bound(inp)
         for k in v:
