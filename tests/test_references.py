@@ -155,3 +155,48 @@ def test_mp_dweight_of_some_columns_equals_the_full_rows_sum():
     cache: dict = {}
     assert mp.values(inp, "dweight", cols, cache=cache) == want
     assert not any(k[0] == "full" for k in cache)            # columns only: no row computed in full
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_row_sum_of_squares_equals_sum_of_squares(dtype):
+    """The torch path (squares summed per exponent in int64) gives the very mpf of the Python
+    integer path, for rows with zeros, subnormals and the dtype's extremes; other rows fall back."""
+    gen = torch.Generator().manual_seed(7)
+    info = torch.finfo(dtype)
+    wide = torch.randn(4096, generator=gen) * 2.0 ** torch.randint(-60, 60, (4096,), generator=gen)
+    rows = [torch.randn(4096, generator=gen).to(dtype), wide.to(dtype),
+            torch.tensor([0.0, -0.0, info.tiny, -info.max, info.smallest_normal / 4, 1.0]).to(dtype),
+            torch.zeros(5, dtype=dtype), torch.ones(1 << 14, dtype=dtype) * info.max]
+    for dps in (50, 20):
+        with mpmath.workdps(dps):
+            for row in rows:
+                got = mp.row_sum_of_squares(row)
+                assert got == mp.sum_of_squares(row.to(torch.float64).tolist()) and isinstance(got, mpmath.mpf)
+    with mpmath.workdps(50):
+        assert mp.row_sum_of_squares(torch.tensor([1.0, math.inf])) == mpmath.inf          # fallback
+        longer = torch.full(((1 << 14) + 1,), 3.0, dtype=dtype)
+        assert mp.row_sum_of_squares(longer) == 9 * ((1 << 14) + 1)
+        assert mp.row_sum_of_squares(torch.tensor([0.1, 3.0], dtype=torch.float64)) == \
+            mp.sum_of_squares([0.1, 3.0])                                                   # float64: fallback
+
+
+@pytest.mark.parametrize("zc", [False, True])
+def test_row_c_from_exact_products_equals_the_plain_formula(zc):
+    """dx's row constant c from exact products dy*gam*x*t (one rounding each) agrees with the
+    plain formula mean(dxhat * xhat) to ~the working precision, zeros and all."""
+    inp = make_inputs((3, 300), torch.float32, zc, seed=9)
+    inp.x.reshape(-1)[::7] = 0.0
+    inp.gate.reshape(-1)[::11] = 0.0
+    with mpmath.workdps(mp.DEFAULT_DPS):
+        for i in range(3):
+            p = mp._row_parts(inp, i, need_c=False)
+            q = mp._row_lists(p)
+            plain = mpmath.fsum(a * b for a, b in zip(q["dxhat"], q["xhat"])) / inp.hidden
+            assert abs(mp._row_c(p, inp.hidden) - plain) <= abs(plain) * mpmath.mpf(10) ** -45
+    bad = make_inputs((1, 8), torch.float32, zc, seed=1)
+    bad.gate.reshape(-1)[3] = math.inf                     # non-finite: the plain formula
+    with mpmath.workdps(mp.DEFAULT_DPS):
+        p = mp._row_parts(bad, 0, need_c=False)
+        q = mp._row_lists(p)
+        got, plain = mp._row_c(p, 8), mpmath.fsum(a * b for a, b in zip(q["dxhat"], q["xhat"])) / 8
+        assert (mpmath.isnan(got) and mpmath.isnan(plain)) or (got == plain and mpmath.isinf(got))
