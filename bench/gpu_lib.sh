@@ -13,7 +13,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 RUN_LOG=${RUN_LOG:-$O/env.txt}
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
   python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
-  python3 -c 'import fla; print("fla", getattr(fla, "__version__", "?"))'; date -u; } >> "$O/env.txt" 2>&1
+  python3 -c 'import fla; print("fla", getattr(fla, "__version__", "?"))'
+  python3 -c 'import mpmath; print("mpmath", mpmath.__version__, "backend", mpmath.libmp.BACKEND)'; date -u; } >> "$O/env.txt" 2>&1
 run() { local name=$1 t=$2; shift 2; local s=$(date +%s.%N)
   timeout "$t" "$@" > "$O/$name.txt" 2>&1; local rc=$?
   echo "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N)-$s,1))") s" | tee -a "$RUN_LOG"

@@ -82,13 +82,11 @@ def has_sigmoid_table(gate_dtype: torch.dtype) -> bool:
 
 
 # Where the fused (Inductor) pass reads the table: "off" (exp everywhere), "all", or "columns" (only
-# in the dweight column sums). Measured on the H200 (bench/RESULTS.md, run 9c; 8192x4096 bf16):
-# "all" 0.77 ms, "off" 0.74 ms — Inductor's looped row kernel loads the table in each of its loops
-# (0.46 -> 0.58 ms) while the column-sum kernel, which recomputes silu, gains (0.24 -> 0.16 ms).
-# "columns" would take each kernel's better half; written after the device time was spent, so
-# not yet measured on a GPU (bench/bench_reference.py times all three). The hand-written Triton
-# pass (references/triton_reference.py) gains a little with the table (26 -> 28 % of the floor).
-FUSED_SIGMOID_TABLE = "off"
+# in the dweight column sums). Measured on the H200 (bench/RESULTS.md, runs 9c and 10a; 8192x4096
+# bf16): "off" 0.73-0.74 ms, "all" 0.75-0.77 ms — Inductor's looped row kernel loads the table in
+# each of its loops (0.46 -> 0.58 ms) while the column-sum kernel, which recomputes silu, gains
+# (0.24 -> 0.16 ms) — and "columns", each kernel its better half, 0.63 ms.
+FUSED_SIGMOID_TABLE = "columns"
 TABLE_MODES = ("off", "all", "columns")
 
 
@@ -196,30 +194,6 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
             _FAILED.add(key)
             _warn_once("torch.compile of exact_outputs", err)
     return exact_outputs(inp)
-
-
-# Which pass builds a big CUDA case's reference (bench/RESULTS.md, run 10): "triton" — the
-# hand-written one-kernel pass over blocks of rows (references/triton_reference.py) where Triton
-# is installed, else Inductor's fused pass — or "inductor".
-GPU_PASS = "triton"
-GPU_PASSES = ("triton", "inductor")
-
-
-def exact_outputs_gpu(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """The reference of a big case on a GPU, by GPU_PASS; a Triton failure warns once and falls
-    back to exact_outputs_fused for that key (which itself falls back to the eager closed forms)."""
-    if GPU_PASS not in GPU_PASSES:
-        raise ValueError(f"references.fast.GPU_PASS {GPU_PASS!r}: one of {GPU_PASSES}")
-    key = ("triton",) + _key(inp)
-    if GPU_PASS == "triton" and key not in _FAILED and inp.x.numel() > 0:
-        from references import triton_reference as tr
-        if tr.available():
-            try:
-                return tr.exact_outputs_triton(inp)
-            except Exception as err:
-                _FAILED.add(key)
-                _warn_once("the Triton reference pass", err, "Inductor's fused pass")
-    return exact_outputs_fused(inp)
 
 
 # ---------------------------------------------------------------------------------- undecided mask

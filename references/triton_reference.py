@@ -129,10 +129,12 @@ if triton is not None:
     @triton.jit
     def _row_blocks(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
                     y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
-                    T, H, ZC: tl.constexpr, RB: tl.constexpr, CH: tl.constexpr, TAB: tl.constexpr):
+                    T, H, ZC: tl.constexpr, RB: tl.constexpr, CH: tl.constexpr, TAB: tl.constexpr,
+                    REV: tl.constexpr):
         """RB rows, CH columns at a time, twice: the row sums (as _row_sums), then every output
         written once and the block's dweight terms summed over its RB rows, one partial row per
-        block (RB >= 8 keeps the partials to 1/RB of a float64 output)."""
+        block (RB >= 8 keeps the partials to 1/RB of a float64 output). REV: the second pass
+        takes the chunks last to first, so that it starts on those the first pass left in L2."""
         rows = tl.program_id(0) * RB + tl.arange(0, RB)
         rm = rows < T
         base = rows.to(tl.int64)[:, None] * H
@@ -159,8 +161,9 @@ if triton is not None:
         c = r * (tl.sum(acc_u, axis=1) / H)[:, None]
         q = r * (tl.sum(acc_ua, axis=1) / H)[:, None]
         part = tl.program_id(0).to(tl.int64) * H
+        last = ((H - 1) // CH) * CH
         for j in range(0, H, CH):
-            cols = j + tl.arange(0, CH)
+            cols = (last - j if REV else j) + tl.arange(0, CH)
             cm = cols < H
             m = rm[:, None] & cm[None, :]
             off = base + cols[None, :]
@@ -210,11 +213,12 @@ def launch_shape(tokens: int, hidden: int, rows: int | None = None,
 
 def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = False,
                          rows_per_block: int | None = None, chunk: int | None = None, warps: int | None = None,
-                         rows: int | None = None, strip: int | None = None
+                         reverse: bool = True, rows: int | None = None, strip: int | None = None
                          ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Values of y, dx, dgate, dweight and gauges of dx, dgate, dweight, as exact_outputs_fused (n,
     dn and the |value| gauges on first use). layout "blocks": one kernel over blocks of whole rows
-    (rows_per_block, chunk, warps override its launch); "strips": the row sums, then a pass over
+    (rows_per_block, chunk, warps override its launch; reverse: its second pass from the last
+    column chunk, for L2 hits); "strips": the row sums, then a pass over
     column strips (rows, strip). table: a 16-bit gate's sigmoids from references.fast.sigmoid_table
     instead of an exp per element."""
     if triton is None:
@@ -236,7 +240,7 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         blocks = -(-tokens // rb)
         dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
         _row_blocks[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
-                               tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB=use_tab, num_warps=nw)
+                               tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB=use_tab, REV=reverse, num_warps=nw)
     else:
         chunk_s, rows, rb, bh = launch_shape(tokens, hidden, rows, strip)
         stats = torch.empty((tokens, 3), **f64)
