@@ -49,6 +49,17 @@ def timed(fn, dev, repeat=10):
     return (time.perf_counter() - t0) / repeat
 
 
+def kernel_times(inp, dev):
+    """The fused pass's kernels and their device time a call (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            exact_outputs_fused(inp)
+        sync(dev)
+    for e in sorted(prof.key_averages(), key=lambda e: -getattr(e, "device_time_total", 0))[:4]:
+        print(f"  kernel {e.key[:70]}: {getattr(e, 'device_time_total', 0) / 3 / 1e3:.3f} ms a call")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -98,15 +109,24 @@ def main():
         print(f"  (the pass above computes sigmoid with an exp per element; reading it from a table of the "
               f"{a.dtype} gate's 65536 values {where}: {t_tab * 1e3:.3f} ms = {100 * floor_s / t_tab:.1f}% "
               f"of the floor, compile {t_c0:.1f} s; {traffic(t_tab)})")
-    fast.FUSED_SIGMOID_TABLE = default_table         # the profile and the checks below: as the harness
+    default_streams = fast.FUSED_STREAMS
+    if a.device.startswith("cuda"):
+        ve, ge = exact_outputs(inp)
+        be = float64_error_bound(inp)
+        for mode in dict.fromkeys(("off", default_table)):
+            fast.FUSED_SIGMOID_TABLE, fast.FUSED_STREAMS = mode, True
+            _, t_c1 = once(lambda: exact_outputs_fused(inp), a.device)
+            t_two = timed(lambda: exact_outputs_fused(inp), a.device)
+            vs, _ = exact_outputs_fused(inp)
+            agree = all(bool(torch.all((vs[k] - ve[k]).abs() <= be[k] * ge[k] + 1e-300)) for k in ("y", "dx", "dgate", "dweight"))
+            print(f"  (two graphs on two streams, the dweight column sums on a high-priority side stream, "
+                  f"table {mode}: {t_two * 1e3:.3f} ms = {100 * floor_s / t_two:.1f}% of the floor, compile {t_c1:.1f} s; "
+                  f"{traffic(t_two)}; agrees with eager: {agree})")
+            del vs
+        del ve, ge
+    fast.FUSED_SIGMOID_TABLE, fast.FUSED_STREAMS = default_table, default_streams   # below: as the harness
     if a.profile and a.device.startswith("cuda"):
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(3):
-                exact_outputs_fused(inp)
-            sync(a.device)
-        for e in sorted(prof.key_averages(), key=lambda e: -getattr(e, "device_time_total", 0))[:6]:
-            print(f"  kernel {e.key[:70]}: {getattr(e, 'device_time_total', 0) / 3 / 1e3:.3f} ms a call")
+        kernel_times(inp, a.device)
     if a.triton:
         from references.triton_reference import blocks_launch, exact_outputs_triton, launch_shape
         vf, gf = exact_outputs_fused(inp)
@@ -146,10 +166,17 @@ def main():
         ic.coordinate_descent_tuning = True
         fast._COMPILED.clear()
         torch._dynamo.reset()
-        _, t_c2 = once(lambda: exact_outputs_fused(inp), a.device)
-        t_tuned = timed(lambda: exact_outputs_fused(inp), a.device)
-        print(f"exact_outputs_fused (coordinate_descent_tuning): {t_tuned * 1e3:.2f} ms = "
-              f"{100 * floor_s / t_tuned:.0f}% of the floor (compile {t_c2:.1f} s)")
+        for streams in (False, True) if a.device.startswith("cuda") else (False,):
+            fast.FUSED_STREAMS = streams
+            _, t_c2 = once(lambda: exact_outputs_fused(inp), a.device)
+            t_tuned = timed(lambda: exact_outputs_fused(inp), a.device)
+            print(f"exact_outputs_fused (coordinate_descent_tuning, table {fast.FUSED_SIGMOID_TABLE}, two streams "
+                  f"{streams}): {t_tuned * 1e3:.3f} ms = {100 * floor_s / t_tuned:.1f}% of the floor "
+                  f"(compile {t_c2:.1f} s)")
+            if a.profile and a.device.startswith("cuda"):
+                kernel_times(inp, a.device)
+        fast.FUSED_STREAMS = default_streams
+        ic.coordinate_descent_tuning = False
     values, gauges = exact_outputs_fused(inp)
     bnd = float64_error_bound(inp)
     fmt0 = fmt_of(a.dtype)

@@ -5,10 +5,12 @@
 #              then again warm (same machine), Triton's autotuning printed in the workers' logs
 #   warm     — `full` once more, caches as the previous mode left them
 #   quick    — quick for torch, torch-compile, torch-compile-emulate, fla (--jobs 16)
+#   smoke    — quick for torch in one process
 #   probe    — first call vs steady call of fla and torch-compile per shape, in a fresh process
 #              twice (cold, then warm on-disk caches), autotuning printed
-#   ref      — the float64 reference kernels against the floor, their GPU tests, and the warm
-#              exhaustive times;  reftests — the reference kernels and the GPU tests only
+#   ref      — the float64 reference kernels against the floor (bench_reference.py ${REF_ARGS:-
+#              --triton --profile}), their GPU tests, and the warm exhaustive times;
+#              reftests — the reference kernels and the GPU tests only
 # The device call brings back only a few files (runs 9a and 9b lost some): after each step its
 # files are appended to $OUT/run.tar and removed, so $OUT holds run.tar and the step under way.
 # Run 8 (a-d) ran it one mode a call, each step's files loose in $OUT.
@@ -23,15 +25,16 @@ sweep() { local name=$1 t=$2
   keep "$name" "$name.txt"; }
 gpu_tests() { timeout ${T_TESTS:-240} python3 -m pytest -q -p no:cacheprovider "$@" > "$O/gpu_tests.txt" 2>&1
   echo "gpu_tests: exit $?" >> "$O/gpu_tests.txt"; tail -3 "$O/gpu_tests.txt"; keep gpu_tests.txt; }
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_run8.sh full|warm|quick|probe|ref|reftests ..."; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_run8.sh full|warm|quick|smoke|probe|ref|reftests ..."; exit 2; }
 for mode in "$@"; do case "$mode" in
   full) cold_caches; export TRITON_PRINT_AUTOTUNING=1
         sweep full_cold ${T_COLD:-300}; sweep full_warm ${T_WARM:-200} ;;
   warm) export TRITON_PRINT_AUTOTUNING=1; sweep full_warm2 ${T_WARM:-200} ;;
   quick) IMPLS="--impl torch --impl torch-compile --impl torch-compile-emulate --impl fla" SUITE=quick sweep quick ${T_QUICK:-200} ;;
+  smoke) IMPLS="--impl torch" SUITE=quick JOBS=1 sweep smoke ${T_QUICK:-120} ;;
   probe) cold_caches; export TRITON_PRINT_AUTOTUNING=1; TAILN=40 run probe_cold 200 python3 bench/bench_first_call.py
          TAILN=40 run probe_warm 150 python3 bench/bench_first_call.py; keep probe_cold.txt probe_warm.txt ;;
-  ref|reftests) TAILN=${REF_TAIL:-40} run ref_bench ${T_REF:-200} python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 --triton --profile
+  ref|reftests) TAILN=${REF_TAIL:-40} run ref_bench ${T_REF:-200} python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 ${REF_ARGS:---triton --profile}
         keep ref_bench.txt
         gpu_tests ${GPU_TESTS:-tests/test_triton_reference.py tests/test_analysis_device.py}
         if [ "$mode" = ref ]; then

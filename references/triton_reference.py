@@ -1,23 +1,22 @@
-"""The exact (float64) reference in hand-written Triton kernels: experimental, opt-in.
+"""The exact (float64) reference in hand-written Triton kernels: measured slower than Inductor's
+fused pass (references/fast.py), so used only by bench/bench_reference.py --triton.
 
-Why: the Inductor version (references/fast.py) emits the per-row work as a looped reduction that
-reads the inputs more than once, plus a separate kernel for the dweight column sums, and reaches
-~35 % of the memory-bandwidth floor on an H200 (bench/RESULTS.md, run 7). Here two kernels: the
-row sums (of x^2, of u = dy silu gam x and of |u|: the rsqrt, the dx projection and its gauge),
-three float64 per row; then a streaming pass over column strips of 256 rows that reads x, gate, dy
-again, writes the values of y, dx, dgate and the gauges of dx, dgate once (float64) and sums its
-strip's dweight terms down the rows, one partial row per row block, summed in a fixed order at
-the end (deterministic, no atomics). (A first version, one program per run of whole rows in
-column chunks, reached 24 %: too few warps in flight.)
+Two layouts. "blocks": one kernel, one program per block of RB whole rows, CH columns at a time
+in two passes — the row sums (of x^2, of u = dy silu gam x and of |u|: the rsqrt, the dx
+projection and its gauge), then every output written once (the values of y, dx, dgate, the gauges
+of dx, dgate, float64) and the block's dweight terms summed over its rows into a partial row.
+"strips": a row-sums kernel, then a pass over column strips of 256 rows that sums dweight down
+the strip. Partial rows are summed in a fixed order at the end (deterministic, no atomics).
 
-The closed forms are references.exact's, with fast.py's sigmoid table of a 16-bit gate (or its shared
-exp for sigmoid(t) and sigmoid(-t)),
-so the values agree with the eager ones within float64_error_bound * gauge (tests check it, in
-Triton's interpreter on the CPU and on CUDA). eps travels as a float64 tensor: a Python float
-argument would be a float32 scalar in Triton.
+On the H200, 8192x4096 bf16 (bench/RESULTS.md, run 10): Inductor's pass 0.63 ms; strips 0.90-1.0
+ms; blocks 1.0-2.5 ms by launch shape; a first one-pass kernel over whole rows held in registers
+(dweight accumulated per program) 1.3-1.7 ms, removed: float64 registers for a 4096 row leave
+too few warps in flight.
 
-Status: correctness tested; `exact_outputs_triton` is used only by bench/bench_reference.py
---triton, not by the harness."""
+The closed forms are references.exact's, with fast.py's sigmoid table of a 16-bit gate (or its
+shared exp for sigmoid(t) and sigmoid(-t)), so the values agree with the eager ones within
+float64_error_bound * gauge (tests check it, in Triton's interpreter on the CPU and on CUDA). eps
+travels as a float64 tensor: a Python float argument would be a float32 scalar in Triton."""
 from __future__ import annotations
 
 import torch

@@ -173,3 +173,41 @@ def test_fused_table_setting_must_be_a_mode(monkeypatch):
     with pytest.raises(ValueError, match="FUSED_SIGMOID_TABLE"):
         fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
 
+
+
+@pytest.mark.parametrize("mode", ["off", "columns"])
+def test_fused_row_and_column_graphs_give_the_single_graphs_outputs(mode):
+    """The two graphs of FUSED_STREAMS (row-wise outputs; dweight column sums) compute what the
+    single graph does, within the float64 error bound."""
+    from references import fast
+    inp = make_inputs((4, 96), torch.bfloat16, True, seed=4)
+    key = fast._key(inp)
+    table = fast.sigmoid_table(inp.gate.dtype, "cpu") if mode != "off" else None
+    args = (inp.x, inp.gate, inp.weight, inp.dy, table)
+    whole = fast._compiled_outputs(key, mode)(*args)
+    rows = fast._compiled_outputs(key, mode, "rows")(*args)
+    cols = fast._compiled_outputs(key, mode, "columns")(*args)
+    split = (rows[0], rows[1], rows[2], cols[0], rows[3], rows[4], cols[1])
+    v, g = exact_outputs(inp)
+    b = float64_error_bound(inp)
+    for name, a, c in zip(("y", "dgate", "dx", "dweight", "dgate", "dx", "dweight"), whole, split):
+        assert a.shape == c.shape and torch.all((a - c).abs() <= 2 * b[name] * g[name] + 1e-300), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_pass_on_two_streams_matches_exact_outputs_on_cuda(monkeypatch, dtype):
+    from references import fast
+    monkeypatch.setattr(fast, "FUSED_STREAMS", True)
+    inp = make_inputs((64, 4096), dtype, False, seed=2).to("cuda")
+    v, g = exact_outputs(inp)
+    b = float64_error_bound(inp)
+    for _ in range(2):                   # the second call reuses the graphs and the side stream
+        vf, gf = fast.exact_outputs_fused(inp)
+        torch.cuda.synchronize()
+        for k in ("y", "dx", "dgate", "dweight"):
+            assert torch.all((vf[k] - v[k]).abs() <= b[k] * g[k] + 1e-300), k
+            if k != "y":
+                assert torch.all((gf[k] - g[k]).abs() <= b[k] * g[k] + 1e-300), k
+    assert any(key[:3] == ("outputs", "columns" if dtype != torch.float32 else "off", "columns")
+               for key in fast._COMPILED)
