@@ -109,22 +109,7 @@ def main():
         print(f"  (the pass above computes sigmoid with an exp per element; reading it from a table of the "
               f"{a.dtype} gate's 65536 values {where}: {t_tab * 1e3:.3f} ms = {100 * floor_s / t_tab:.1f}% "
               f"of the floor, compile {t_c0:.1f} s; {traffic(t_tab)})")
-    default_streams = fast.FUSED_STREAMS
-    if a.device.startswith("cuda"):
-        ve, ge = exact_outputs(inp)
-        be = float64_error_bound(inp)
-        for mode in dict.fromkeys(("off", default_table)):
-            fast.FUSED_SIGMOID_TABLE, fast.FUSED_STREAMS = mode, True
-            _, t_c1 = once(lambda: exact_outputs_fused(inp), a.device)
-            t_two = timed(lambda: exact_outputs_fused(inp), a.device)
-            vs, _ = exact_outputs_fused(inp)
-            agree = all(bool(torch.all((vs[k] - ve[k]).abs() <= be[k] * ge[k] + 1e-300)) for k in ("y", "dx", "dgate", "dweight"))
-            print(f"  (two graphs on two streams, the dweight column sums on a high-priority side stream, "
-                  f"table {mode}: {t_two * 1e3:.3f} ms = {100 * floor_s / t_two:.1f}% of the floor, compile {t_c1:.1f} s; "
-                  f"{traffic(t_two)}; agrees with eager: {agree})")
-            del vs
-        del ve, ge
-    fast.FUSED_SIGMOID_TABLE, fast.FUSED_STREAMS = default_table, default_streams   # below: as the harness
+    fast.FUSED_SIGMOID_TABLE = default_table         # below: as the harness
     if a.profile and a.device.startswith("cuda"):
         kernel_times(inp, a.device)
     if a.triton:
@@ -166,16 +151,12 @@ def main():
         ic.coordinate_descent_tuning = True
         fast._COMPILED.clear()
         torch._dynamo.reset()
-        for streams in (False, True) if a.device.startswith("cuda") else (False,):
-            fast.FUSED_STREAMS = streams
-            _, t_c2 = once(lambda: exact_outputs_fused(inp), a.device)
-            t_tuned = timed(lambda: exact_outputs_fused(inp), a.device)
-            print(f"exact_outputs_fused (coordinate_descent_tuning, table {fast.FUSED_SIGMOID_TABLE}, two streams "
-                  f"{streams}): {t_tuned * 1e3:.3f} ms = {100 * floor_s / t_tuned:.1f}% of the floor "
-                  f"(compile {t_c2:.1f} s)")
-            if a.profile and a.device.startswith("cuda"):
-                kernel_times(inp, a.device)
-        fast.FUSED_STREAMS = default_streams
+        _, t_c2 = once(lambda: exact_outputs_fused(inp), a.device)
+        t_tuned = timed(lambda: exact_outputs_fused(inp), a.device)
+        print(f"exact_outputs_fused (coordinate_descent_tuning, table {fast.FUSED_SIGMOID_TABLE}): "
+              f"{t_tuned * 1e3:.3f} ms = {100 * floor_s / t_tuned:.1f}% of the floor (compile {t_c2:.1f} s)")
+        if a.profile and a.device.startswith("cuda"):
+            kernel_times(inp, a.device)
         ic.coordinate_descent_tuning = False
     values, gauges = exact_outputs_fused(inp)
     bnd = float64_error_bound(inp)

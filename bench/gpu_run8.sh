@@ -20,7 +20,8 @@ A="$(cd "$O/.." && pwd)/run.tar"
 keep() { (cd "$O" && tar rf "$A" "$@" 2>/dev/null && rm -rf "$@"); }
 sweep() { local name=$1 t=$2
   TAILN=4 run "$name" "$t" python3 -m harness run ${IMPLS:---impl torch --impl torch-compile --impl fla} \
-    --cases ${SUITE:-full} --device cuda --out "$O/$name" --jobs ${JOBS:-16} --shard-by ${BY:-shape} --no-report
+    --cases ${SUITE:-full} --device cuda --out "$O/$name" --no-report \
+    $([ "${JOBS:-16}" = 1 ] || echo "--jobs ${JOBS:-16} --shard-by ${BY:-shape}")
   (cd "$O/$name" && rm -f results.csv jobs/*/results.csv jobs/*/summary.csv)   # summary.csv holds the findings
   keep "$name" "$name.txt"; }
 gpu_tests() { timeout ${T_TESTS:-240} python3 -m pytest -q -p no:cacheprovider "$@" > "$O/gpu_tests.txt" 2>&1

@@ -85,7 +85,9 @@ def has_sigmoid_table(gate_dtype: torch.dtype) -> bool:
 # in the dweight column sums). Measured on the H200 (bench/RESULTS.md, runs 9c and 10a; 8192x4096
 # bf16): "off" 0.73-0.74 ms, "all" 0.75-0.77 ms — Inductor's looped row kernel loads the table in
 # each of its loops (0.46 -> 0.58 ms) while the column-sum kernel, which recomputes silu, gains
-# (0.24 -> 0.16 ms) — and "columns", each kernel its better half, 0.63 ms.
+# (0.24 -> 0.16 ms) — and "columns", each kernel its better half, 0.63-0.65 ms. (Tried in run 10d
+# and dropped: the column sums as a graph of their own on a high-priority side stream, to overlap
+# the row kernel, 0.66 ms; Inductor's coordinate-descent tuning, 0.65 ms.)
 FUSED_SIGMOID_TABLE = "columns"
 TABLE_MODES = ("off", "all", "columns")
 
@@ -159,56 +161,18 @@ def _key(inp: Inputs):
             str(inp.x.device), float(inp.eps), bool(inp.zero_centered_gamma))
 
 
-# The outputs of _outputs_body each graph returns: all in one, or the row-wise outputs and the
-# dweight column sums as two graphs (for FUSED_STREAMS).
-_PARTS = {"all": (0, 1, 2, 3, 4, 5, 6), "rows": (0, 1, 2, 4, 5), "columns": (3, 6)}
-
-# On CUDA, run the dweight column sums (compute-bound: they recompute silu) as their own graph on
-# a high-priority side stream while the row kernel (memory-bound) runs on the current one, so
-# that they share the SMs instead of running one after the other (bench/RESULTS.md, run 10).
-FUSED_STREAMS = False
-_SIDE_STREAMS: dict = {}
-
-
-def _compiled_outputs(key, table_mode: str = "off", part: str = "all"):
-    fn = _COMPILED.get(("outputs", table_mode, part) + key)
+def _compiled_outputs(key, table_mode: str = "off"):
+    fn = _COMPILED.get(("outputs", table_mode) + key)
     if fn is None:
         _raise_recompile_limit()
         eps, zc = key[-2], key[-1]
-        keep = _PARTS[part]
 
         def body(x, gate, w, dy, table):
-            out = _outputs_body(x, gate, w, dy, table, eps, zc, table_mode)
-            return tuple(out[i] for i in keep)
+            return _outputs_body(x, gate, w, dy, table, eps, zc, table_mode)
 
         fn = torch.compile(body, dynamic=False, fullgraph=True, options=_inductor_options())
-        _COMPILED[("outputs", table_mode, part) + key] = fn
+        _COMPILED[("outputs", table_mode) + key] = fn
     return fn
-
-
-def _side_stream(device: torch.device):
-    st = _SIDE_STREAMS.get(device)
-    if st is None:
-        lo, hi = torch.cuda.Stream.priority_range()          # (lowest, greatest): greatest is the smaller number
-        st = _SIDE_STREAMS[device] = torch.cuda.Stream(device=device, priority=hi)
-    return st
-
-
-def _outputs_on_two_streams(key, mode, args):
-    """The row graph on the current stream and the column graph on a side stream, at once."""
-    main = torch.cuda.current_stream(args[0].device)
-    side = _side_stream(args[0].device)
-    side.wait_stream(main)                                   # the inputs are ready there
-    with torch.cuda.stream(side):
-        dw, dw_g = _compiled_outputs(key, mode, "columns")(*args)
-    y, dgate, dx, dgate_g, dx_g = _compiled_outputs(key, mode, "rows")(*args)
-    main.wait_stream(side)
-    for t in args:                       # the side stream read them: not to be reused before it is done
-        if t is not None:
-            t.record_stream(side)
-    for t in (dw, dw_g):                 # made on the side stream, used on the current one
-        t.record_stream(main)
-    return y, dgate, dx, dw, dgate_g, dx_g, dw_g
 
 
 def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -224,11 +188,8 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
         try:
             mode = FUSED_SIGMOID_TABLE if has_sigmoid_table(inp.gate.dtype) else "off"
             table = sigmoid_table(inp.gate.dtype, inp.gate.device) if mode != "off" else None
-            args = (inp.x, inp.gate, inp.weight, inp.dy, table)
-            if FUSED_STREAMS and inp.x.is_cuda:
-                y, dgate, dx, dw, dgate_g, dx_g, dw_g = _outputs_on_two_streams(key, mode, args)
-            else:
-                y, dgate, dx, dw, dgate_g, dx_g, dw_g = _compiled_outputs(key, mode)(*args)
+            y, dgate, dx, dw, dgate_g, dx_g, dw_g = _compiled_outputs(key, mode)(inp.x, inp.gate, inp.weight,
+                                                                                 inp.dy, table)
             return completed_on_use(inp, {"y": y, "dgate": dgate, "dx": dx, "dweight": dw},
                                     {"dgate": dgate_g, "dx": dx_g, "dweight": dw_g})
         except Exception as err:     # compiler missing, backend error, ...: eager from now on
