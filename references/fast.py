@@ -1,8 +1,9 @@
 """Fused (torch.compile) versions of the float64 reference work: `exact_outputs_fused` and
 `undecided_fast`.
 
-The same closed forms as references.exact (sigmoid(t) and sigmoid(-t) from one shared exp, or,
-opt-in, looked up in a float64 table of every value of a 16-bit gate dtype), so
+The same closed forms as references.exact (sigmoid(t) and sigmoid(-t) from one shared exp, or
+looked up in a float64 table of every value of a 16-bit gate dtype: by default in the dweight
+column sums, FUSED_SIGMOID_TABLE), so
 results agree with the eager ones to within `float64_error_bound * gauge`, which allows a few
 ulps for each transcendental (Inductor may also sum the row means and the dweight column in
 another order, and contract a*b+c into an FMA). Used for big tensors on CUDA (worth_fusing). Compiled once per (shape, dtypes,
