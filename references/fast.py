@@ -84,7 +84,7 @@ def has_sigmoid_table(gate_dtype: torch.dtype) -> bool:
 
 # Where the fused (Inductor) pass reads the table: "off" (exp everywhere), "all", or "columns" (only
 # in the dweight column sums). Measured on the H200 (bench/RESULTS.md, runs 9c and 10a; 8192x4096
-# bf16): "off" 0.73-0.74 ms, "all" 0.75-0.77 ms — Inductor's looped row kernel loads the table in
+# bf16): "off" 0.72-0.74 ms, "all" 0.75-0.77 ms — Inductor's looped row kernel loads the table in
 # each of its loops (0.46 -> 0.58 ms) while the column-sum kernel, which recomputes silu, gains
 # (0.24 -> 0.16 ms) — and "columns", each kernel its better half, 0.63-0.65 ms. (Tried in run 10d
 # and dropped: the column sums as a graph of their own on a high-priority side stream, to overlap

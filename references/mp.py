@@ -54,9 +54,9 @@ _NARROW_MAX_ELEMENTS = 1 << 14
 
 def row_sum_of_squares(values: torch.Tensor):
     """sum_of_squares of a row of a narrow dtype, the same value (the exact sum rounded once), with
-    the squares summed per binary exponent in int64 by torch: ~15x faster on a 4096 row, where the
-    Python integers of sum_of_squares took ~4 ms (a fresh y/dgate row's main cost). Other dtypes,
-    longer rows and non-finite values take sum_of_squares."""
+    the squares summed per binary exponent in int64 by torch: a float32 row of 4096 in 0.16 ms
+    against 1.5 ms in sum_of_squares' Python integers (one thread, this machine; a fresh y/dgate
+    row's main cost). Other dtypes, longer rows and non-finite values take sum_of_squares."""
     if values.dtype not in _NARROW or values.numel() > _NARROW_MAX_ELEMENTS or not bool(values.isfinite().all()):
         return sum_of_squares(_floats(values))
     v = values.to(torch.float64).reshape(-1)

@@ -8,10 +8,10 @@ of dx, dgate, float64) and the block's dweight terms summed over its rows into a
 "strips": a row-sums kernel, then a pass over column strips of 256 rows that sums dweight down
 the strip. Partial rows are summed in a fixed order at the end (deterministic, no atomics).
 
-On the H200, 8192x4096 bf16 (bench/RESULTS.md, run 10): Inductor's pass 0.63 ms; strips 0.90-1.0
-ms; blocks 1.0-2.5 ms by launch shape; a first one-pass kernel over whole rows held in registers
-(dweight accumulated per program) 1.3-1.7 ms, removed: float64 registers for a 4096 row leave
-too few warps in flight.
+On the H200, 8192x4096 bf16 (bench/RESULTS.md, run 10): Inductor's pass 0.63-0.65 ms; strips
+0.90-1.01 ms; blocks 0.94-2.55 ms by launch shape (the default below is the best measured); a
+first one-pass kernel over whole rows held in registers (dweight accumulated per program)
+1.3-7.6 ms, removed: float64 registers for a 4096 row leave too few warps in flight.
 
 The closed forms are references.exact's, with fast.py's sigmoid table of a 16-bit gate (or its
 shared exp for sigmoid(t) and sigmoid(-t)), so the values agree with the eager ones within
@@ -193,11 +193,12 @@ LAYOUTS = ("blocks", "strips")
 
 def blocks_launch(tokens: int, hidden: int, rows_per_block: int | None = None, chunk: int | None = None,
                   warps: int | None = None) -> tuple[int, int, int]:
-    """Blocks layout: (RB rows a block, CH columns a step, warps): ~8 float64 elements a thread
-    (registers), RB >= 8 where there are rows enough (the dweight partials: 1/RB of an output)."""
-    ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 256)
-    rb = rows_per_block or min(triton.next_power_of_2(max(tokens, 1)), max(8, 2048 // ch))
-    return rb, ch, warps or max(1, min(16, rb * ch // 256))
+    """Blocks layout: (RB rows a block, CH columns a step, warps): by default the best shape run
+    10c measured at 8192x4096, 8 rows x 128 columns on 2 warps (16 float64 elements a thread);
+    RB >= 8 where there are rows enough (the dweight partials: 1/RB of an output)."""
+    ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 128)
+    rb = rows_per_block or min(triton.next_power_of_2(max(tokens, 1)), max(8, 1024 // ch))
+    return rb, ch, warps or max(1, min(16, rb * ch // 512))
 
 
 def launch_shape(tokens: int, hidden: int, rows: int | None = None,

@@ -172,5 +172,3 @@ def test_fused_table_setting_must_be_a_mode(monkeypatch):
     monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", True)
     with pytest.raises(ValueError, match="FUSED_SIGMOID_TABLE"):
         fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
-
-

@@ -164,6 +164,7 @@ def test_row_sum_of_squares_equals_sum_of_squares(dtype):
     gen = torch.Generator().manual_seed(7)
     info = torch.finfo(dtype)
     wide = torch.randn(4096, generator=gen) * 2.0 ** torch.randint(-60, 60, (4096,), generator=gen)
+    wide = wide.clamp(-info.max, info.max)                  # finite: the torch path, not the fallback
     rows = [torch.randn(4096, generator=gen).to(dtype), wide.to(dtype),
             torch.tensor([0.0, -0.0, info.tiny, -info.max, info.smallest_normal / 4, 1.0]).to(dtype),
             torch.zeros(5, dtype=dtype), torch.ones(1 << 14, dtype=dtype) * info.max]
@@ -176,6 +177,9 @@ def test_row_sum_of_squares_equals_sum_of_squares(dtype):
         assert mp.row_sum_of_squares(torch.tensor([1.0, math.inf])) == mpmath.inf          # fallback
         longer = torch.full(((1 << 14) + 1,), 3.0, dtype=dtype)
         assert mp.row_sum_of_squares(longer) == 9 * ((1 << 14) + 1)
+        # rows longer than the int64 sums allow: 2**16 squares of max would overflow them
+        big = torch.full((1 << 16,), info.max, dtype=dtype)
+        assert mp.row_sum_of_squares(big) == mp.sum_of_squares(big.to(torch.float64).tolist()) > 0
         assert mp.row_sum_of_squares(torch.tensor([0.1, 3.0], dtype=torch.float64)) == \
             mp.sum_of_squares([0.1, 3.0])                                                   # float64: fallback
 
@@ -193,10 +197,13 @@ def test_row_c_from_exact_products_equals_the_plain_formula(zc):
             q = mp._row_lists(p)
             plain = mpmath.fsum(a * b for a, b in zip(q["dxhat"], q["xhat"])) / inp.hidden
             assert abs(mp._row_c(p, inp.hidden) - plain) <= abs(plain) * mpmath.mpf(10) ** -45
-    bad = make_inputs((1, 8), torch.float32, zc, seed=1)
-    bad.gate.reshape(-1)[3] = math.inf                     # non-finite: the plain formula
-    with mpmath.workdps(mp.DEFAULT_DPS):
-        p = mp._row_parts(bad, 0, need_c=False)
-        q = mp._row_lists(p)
-        got, plain = mp._row_c(p, 8), mpmath.fsum(a * b for a, b in zip(q["dxhat"], q["xhat"])) / 8
-        assert (mpmath.isnan(got) and mpmath.isnan(plain)) or (got == plain and mpmath.isinf(got))
+    # a non-finite value in any input: the plain formula (integer ratios do not exist for it)
+    for field in ("x", "gate", "dy", "weight"):
+        for bad_value in (math.inf, math.nan):
+            bad = make_inputs((1, 8), torch.float32, zc, seed=1)
+            getattr(bad, field).reshape(-1)[3] = bad_value
+            with mpmath.workdps(mp.DEFAULT_DPS):
+                p = mp._row_parts(bad, 0, need_c=False)
+                q = mp._row_lists(p)
+                got, plain = mp._row_c(p, 8), mpmath.fsum(a * b for a, b in zip(q["dxhat"], q["xhat"])) / 8
+                assert (mpmath.isnan(got) and mpmath.isnan(plain)) or got == plain, (field, bad_value)

@@ -61,7 +61,7 @@ def test_triton_reference_matches_exact_outputs():
     assert p.returncode == 0 and "OK" in p.stdout, p.stdout[-2000:] + p.stderr[-4000:]
 
 
-def test_triton_reference_layout_must_be_rows_or_strips():
+def test_triton_reference_layout_must_be_blocks_or_strips():
     pytest.importorskip("triton")
     from references.triton_reference import exact_outputs_triton
     with pytest.raises(ValueError, match="layout 'tiles'"):
