@@ -10,7 +10,7 @@
 #              twice (cold, then warm on-disk caches), autotuning printed
 #   ref      — the float64 reference kernels against the floor (bench_reference.py ${REF_ARGS:-
 #              --triton --profile}), their GPU tests, and the warm exhaustive times;
-#              reftests — the reference kernels and the GPU tests only
+#              reftests — the reference kernels and the GPU tests only; tests — the GPU tests only
 # The device call brings back only a few files (runs 9a and 9b lost some): after each step its
 # files are appended to $OUT/run.tar and removed, so $OUT holds run.tar and the step under way.
 # Run 8 (a-d) ran it one mode a call, each step's files loose in $OUT.
@@ -26,7 +26,7 @@ sweep() { local name=$1 t=$2
   keep "$name" "$name.txt"; }
 gpu_tests() { timeout ${T_TESTS:-240} python3 -m pytest -q -p no:cacheprovider "$@" > "$O/gpu_tests.txt" 2>&1
   echo "gpu_tests: exit $?" >> "$O/gpu_tests.txt"; tail -3 "$O/gpu_tests.txt"; keep gpu_tests.txt; }
-[ $# -gt 0 ] || { echo "usage: bash bench/gpu_run8.sh full|warm|quick|smoke|probe|ref|reftests ..."; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/gpu_run8.sh full|warm|quick|smoke|probe|ref|reftests|tests ..."; exit 2; }
 for mode in "$@"; do case "$mode" in
   full) cold_caches; export TRITON_PRINT_AUTOTUNING=1
         sweep full_cold ${T_COLD:-300}; sweep full_warm ${T_WARM:-200} ;;
@@ -35,6 +35,7 @@ for mode in "$@"; do case "$mode" in
   smoke) IMPLS="--impl torch" SUITE=quick JOBS=1 sweep smoke ${T_QUICK:-120} ;;
   probe) cold_caches; export TRITON_PRINT_AUTOTUNING=1; TAILN=40 run probe_cold 200 python3 bench/bench_first_call.py
          TAILN=40 run probe_warm 150 python3 bench/bench_first_call.py; keep probe_cold.txt probe_warm.txt ;;
+  tests) gpu_tests ${GPU_TESTS:-tests/test_triton_reference.py tests/test_analysis_device.py} ;;
   ref|reftests) TAILN=${REF_TAIL:-40} run ref_bench ${T_REF:-200} python3 bench/bench_reference.py --device cuda --tokens 8192 --hidden 4096 ${REF_ARGS:---triton --profile}
         keep ref_bench.txt
         gpu_tests ${GPU_TESTS:-tests/test_triton_reference.py tests/test_analysis_device.py}

@@ -74,10 +74,10 @@ def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cach
 
     Cost model (references.mp.values): dx needs its row's c, one exp per element of the row, so a
     row costs `hidden`; y, dn, dgate need one exp per requested element plus the row's sum of
-    squares, counted as 1/32 of an exp an element (measured: 2 ms for a row of 4096, 18-19 us an
-    element's exp, since that sum is exact integer arithmetic; at 1/16, 1345 of the 20770 elements
-    `full`'s mpmath-heavy cases flag were certified, at 1/32 1590, for 9 % more mpmath time:
-    bench/certify-run9.txt)."""
+    squares, counted as 1/256 of an exp an element (measured: 0.16 ms for a float32 row of 4096 in
+    references.mp.row_sum_of_squares, 7-18 us an exp). On the 22 cases `full`'s warm sweep spent its
+    mpmath on (bench/certify-run10.txt): at 1/32, 783 of their 1675 flagged dgate elements were
+    certified, at 1/256 all 1675, for 24 % more mpmath time (3.8 -> 4.7 s on the CPU)."""
     rows: dict[int, list[int]] = {}
     for k in flat:
         rows.setdefault(k // hidden, []).append(k)
@@ -86,7 +86,7 @@ def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cach
     chosen, spent, new_rows = [], 0, 0
     for r in order:
         fresh = r not in cached
-        cost = (hidden if output == "dx" else -(-hidden // 32)) if fresh else 0
+        cost = (hidden if output == "dx" else -(-hidden // 256)) if fresh else 0
         cost += 0 if output == "dx" else len(rows[r])
         if spent + cost > row_elements and (new_rows or not fresh):
             continue                             # over budget (one new row is always taken)

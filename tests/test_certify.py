@@ -312,8 +312,8 @@ def test_row_budget_cost_model():
     cache = {("parts", 0, 50): {"c": 1}}
     assert _within_row_budget([5, 20005, 40005], 20000, 16384, cache, "dx") == [5, 20005]
     assert _within_row_budget([5, 20005, 40005], 20000, 50_000, {}, "dx") == [5, 20005]
-    # y: hidden/32 for a new row's sum of squares plus one per element; cached rows cost their elements
+    # y: hidden/256 for a new row's sum of squares plus one per element; cached rows cost their elements
     flat = [r * 1024 + j for r in range(10) for j in range(3)]
-    got = _within_row_budget(flat, 1024, 3 * (32 + 3), {}, "y")
-    assert got == flat[:9]                                # three rows of (32 + 3)
-    assert _within_row_budget(flat, 1024, 3 * (32 + 3) - 1, {}, "y") == flat[:6]
+    got = _within_row_budget(flat, 1024, 3 * (4 + 3), {}, "y")
+    assert got == flat[:9]                                # three rows of (4 + 3)
+    assert _within_row_budget(flat, 1024, 3 * (4 + 3) - 1, {}, "y") == flat[:6]
