@@ -122,7 +122,9 @@ def main():
             [("blocks", dict(rows_per_block=rb, chunk=ch, warps=nw, reverse=rev), False)
              for rb, ch, nw, rev in ((8, 256, 4, False), (8, 256, 4, True), (8, 256, 2, True), (16, 256, 4, True),
                                      (8, 512, 4, True), (16, 128, 2, True), (32, 128, 4, True), (8, 256, 8, True),
-                                     (4, 256, 2, True))] + \
+                                     (4, 256, 2, True),
+                                     # no spills, more warps an SM by ptxas (bench/triton-registers-run10.txt)
+                                     (8, 128, 16, True), (8, 64, 8, True), (8, 32, 4, True))] + \
             [("strips", {}, True)]
         for layout, kw, tab in variants:
             if layout == "blocks":

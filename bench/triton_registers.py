@@ -1,0 +1,59 @@
+"""Registers and spills of the hand-written Triton reference kernel (references/triton_reference.py,
+blocks layout) per launch shape, compiled for an H100/H200 (sm_90a) without a GPU: Triton lowers
+the kernel to PTX, and the ptxas that ships with Triton reports what each thread holds.
+
+    python bench/triton_registers.py     (needs Triton installed; no GPU)
+
+Why: on the H200 the blocks kernel ran at half the speed of Inductor's pass (bench/RESULTS.md,
+run 10), and a thread's registers bound how many warps an SM keeps in flight (65536 registers an
+SM: 255 registers a thread leave 256 threads, 8 warps)."""
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+
+from references import triton_reference as tr
+
+PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+OUTPUTS = ("y_ptr", "dgate_ptr", "dx_ptr", "dgate_g_ptr", "dx_g_ptr", "dw_part_ptr", "dwg_part_ptr")
+SIGNATURE = {"x_ptr": "*bf16", "g_ptr": "*bf16", "dy_ptr": "*bf16", "w_ptr": "*bf16", "eps_ptr": "*fp64",
+             "tab_ptr": "*fp64", **{k: "*fp64" for k in OUTPUTS}, "T": "i32", "H": "i32",
+             "ZC": "constexpr", "RB": "constexpr", "CH": "constexpr", "TAB": "constexpr", "REV": "constexpr"}
+# (rows a block, columns a step, warps, sigmoid table): run 10's measured shapes, then smaller ones
+SHAPES = [(8, 256, 8, False), (8, 256, 8, True), (8, 256, 4, False), (8, 128, 2, False), (16, 256, 4, False),
+          (8, 512, 4, False), (4, 256, 2, False), (8, 256, 16, False), (8, 128, 8, False), (8, 128, 16, False),
+          (8, 64, 8, False), (16, 64, 16, False), (8, 32, 4, False)]
+
+
+def registers(rb: int, ch: int, warps: int, table: bool) -> tuple[int, int, int]:
+    """(registers a thread, spill stores, spill loads in bytes) of the blocks kernel at this shape."""
+    src = ASTSource(fn=tr._row_blocks, signature=SIGNATURE,
+                    constexprs={"ZC": False, "RB": rb, "CH": ch, "TAB": table, "REV": True})
+    kernel = compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(kernel.asm["ptx"])
+    try:
+        log = subprocess.run([PTXAS, "-v", "-arch=sm_90a", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True).stderr
+    finally:
+        os.unlink(f.name)
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return regs, int(spill.group(1)), int(spill.group(2))
+
+
+def main():
+    print("rows  columns  warps  sigmoid  elements/thread  registers  spill stores/loads (B)  warps an SM (registers)")
+    for rb, ch, warps, table in SHAPES:
+        regs, st, ld = registers(rb, ch, warps, table)
+        per_sm = min(64, 65536 // (regs * 32 * warps) * warps)
+        print(f"{rb:4d}  {ch:7d}  {warps:5d}  {'table' if table else 'exp':7s}  {rb * ch // (32 * warps):15d}  "
+              f"{regs:9d}  {st:>10d} / {ld:<10d}  {per_sm:5d}")
+
+
+if __name__ == "__main__":
+    main()
