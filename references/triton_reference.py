@@ -51,6 +51,36 @@ if triton is not None:
             return tl.where(pos, d, ed), tl.where(pos, ed, d)
 
     @triton.jit
+    def _load_inputs(x_ptr, g_ptr, dy_ptr, off, m):
+        """x and dy in float64, the gate as loaded (its bits index the table) and in float64."""
+        x = tl.load(x_ptr + off, mask=m, other=0).to(tl.float64)
+        graw = tl.load(g_ptr + off, mask=m, other=0)
+        dy = tl.load(dy_ptr + off, mask=m, other=0).to(tl.float64)
+        return x, graw, graw.to(tl.float64), dy
+
+    @triton.jit
+    def _row_sum_terms(x, t, dy, gam, s):
+        """The terms of a row's three sums: x^2, u = dy silu(t) gam x and |u|."""
+        u = dy * (t * s) * gam * x
+        return x * x, u, tl.abs(u)
+
+    @triton.jit
+    def _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m, x, t, dy, gam, s, oms, r, c, q):
+        """Write y, dgate, dx and the gauges of dgate, dx where m holds; return the dweight terms
+        and their gauge terms, 0 where m does not (rows past T: r may be inf there, eps = 0)."""
+        xhat = x * r
+        n = xhat * gam
+        dn = dy * (t * s)
+        xa = tl.abs(xhat)
+        dyn = dy * n
+        tl.store(y_ptr + off, n * (t * s), mask=m)
+        tl.store(dgate_ptr + off, dyn * (s * (1.0 + t * oms)), mask=m)
+        tl.store(dgate_g_ptr + off, tl.abs(dyn) * (s * (1.0 + tl.abs(t) * oms)), mask=m)
+        tl.store(dx_ptr + off, r * (dn * gam - xhat * c), mask=m)
+        tl.store(dx_g_ptr + off, r * (tl.abs(dn) * tl.abs(gam) + xa * q), mask=m)
+        return tl.where(m, dn * xhat, 0.0), tl.where(m, tl.abs(dn) * xa, 0.0)
+
+    @triton.jit
     def _row_sums(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr, stats_ptr, H, ZC: tl.constexpr,
                   CHUNK: tl.constexpr, TAB: tl.constexpr):
         """Per row: r = rsqrt(mean x^2 + eps), c = mean(dxhat xhat), q = mean(a |xhat|) — with
@@ -64,17 +94,14 @@ if triton is not None:
         for j in range(0, H, CHUNK):
             cols = j + tl.arange(0, CHUNK)
             cm = cols < H
-            x = tl.load(x_ptr + base + cols, mask=cm, other=0).to(tl.float64)
-            graw = tl.load(g_ptr + base + cols, mask=cm, other=0)
-            t = graw.to(tl.float64)
-            dy = tl.load(dy_ptr + base + cols, mask=cm, other=0).to(tl.float64)
+            x, graw, t, dy = _load_inputs(x_ptr + base, g_ptr + base, dy_ptr + base, cols, cm)
             w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
             gam = w + 1.0 if ZC else w
             s, _ = _silu_parts(graw, t, tab_ptr, cm, TAB)
-            u = dy * (t * s) * gam * x
-            acc_xx += x * x
+            xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
+            acc_xx += xx
             acc_u += u
-            acc_ua += tl.abs(u)
+            acc_ua += ua
         eps = tl.load(eps_ptr)
         r = 1.0 / tl.sqrt(tl.sum(acc_xx, axis=0) / H + eps)     # fp64 sqrt: sqrt.rn.f64 in PTX
         tl.store(stats_ptr + 3 * row, r)
@@ -102,28 +129,15 @@ if triton is not None:
             q = tl.load(stats_ptr + 3 * rows + 2, mask=rm, other=0)[:, None]
             m = rm[:, None] & cm[None, :]
             off = rows.to(tl.int64)[:, None] * H + cols[None, :]
-            x = tl.load(x_ptr + off, mask=m, other=0).to(tl.float64)
-            graw = tl.load(g_ptr + off, mask=m, other=0)
-            t = graw.to(tl.float64)
-            dy = tl.load(dy_ptr + off, mask=m, other=0).to(tl.float64)
+            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m)
             s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
-            xhat = x * r
-            n = xhat * gam
-            dn = dy * (t * s)
-            xa = tl.abs(xhat)
-            dyn = dy * n
-            tl.store(y_ptr + off, n * (t * s), mask=m)
-            tl.store(dgate_ptr + off, dyn * (s * (1.0 + t * oms)), mask=m)
-            tl.store(dgate_g_ptr + off, tl.abs(dyn) * (s * (1.0 + tl.abs(t) * oms)), mask=m)
-            tl.store(dx_ptr + off, r * (dn * gam - xhat * c), mask=m)
-            tl.store(dx_g_ptr + off, r * (tl.abs(dn) * tl.abs(gam) + xa * q), mask=m)
-            # masked rows past T: r may be inf there (eps = 0), so leave them out explicitly
-            dw += tl.sum(tl.where(m, dn * xhat, 0.0), axis=0)
-            dwg += tl.sum(tl.where(m, tl.abs(dn) * xa, 0.0), axis=0)
+            dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
+                                         x, t, dy, gam, s, oms, r, c, q)
+            dw += tl.sum(dw_t, axis=0)
+            dwg += tl.sum(dwg_t, axis=0)
         part = tl.program_id(1).to(tl.int64) * H
         tl.store(dw_part_ptr + part + cols, dw, mask=cm)
         tl.store(dwg_part_ptr + part + cols, dwg, mask=cm)
-
 
     @triton.jit
     def _row_blocks(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
@@ -143,18 +157,14 @@ if triton is not None:
         for j in range(0, H, CH):
             cols = j + tl.arange(0, CH)
             m = rm[:, None] & (cols < H)[None, :]
-            off = base + cols[None, :]
-            x = tl.load(x_ptr + off, mask=m, other=0).to(tl.float64)
-            graw = tl.load(g_ptr + off, mask=m, other=0)
-            t = graw.to(tl.float64)
-            dy = tl.load(dy_ptr + off, mask=m, other=0).to(tl.float64)
+            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, base + cols[None, :], m)
             w = tl.load(w_ptr + cols, mask=cols < H, other=0).to(tl.float64)
             gam = (w + 1.0 if ZC else w)[None, :]
             s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
-            u = dy * (t * s) * gam * x
-            acc_xx += x * x
+            xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
+            acc_xx += xx
             acc_u += u
-            acc_ua += tl.abs(u)
+            acc_ua += ua
         eps = tl.load(eps_ptr)
         r = (1.0 / tl.sqrt(tl.sum(acc_xx, axis=1) / H + eps))[:, None]     # fp64 sqrt: sqrt.rn.f64
         c = r * (tl.sum(acc_u, axis=1) / H)[:, None]
@@ -166,26 +176,14 @@ if triton is not None:
             cm = cols < H
             m = rm[:, None] & cm[None, :]
             off = base + cols[None, :]
-            x = tl.load(x_ptr + off, mask=m, other=0).to(tl.float64)
-            graw = tl.load(g_ptr + off, mask=m, other=0)
-            t = graw.to(tl.float64)
-            dy = tl.load(dy_ptr + off, mask=m, other=0).to(tl.float64)
+            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m)
             w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
             gam = (w + 1.0 if ZC else w)[None, :]
             s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
-            xhat = x * r
-            n = xhat * gam
-            dn = dy * (t * s)
-            xa = tl.abs(xhat)
-            dyn = dy * n
-            tl.store(y_ptr + off, n * (t * s), mask=m)
-            tl.store(dgate_ptr + off, dyn * (s * (1.0 + t * oms)), mask=m)
-            tl.store(dgate_g_ptr + off, tl.abs(dyn) * (s * (1.0 + tl.abs(t) * oms)), mask=m)
-            tl.store(dx_ptr + off, r * (dn * gam - xhat * c), mask=m)
-            tl.store(dx_g_ptr + off, r * (tl.abs(dn) * tl.abs(gam) + xa * q), mask=m)
-            # masked rows past T: r may be inf there (eps = 0), so leave them out explicitly
-            tl.store(dw_part_ptr + part + cols, tl.sum(tl.where(m, dn * xhat, 0.0), axis=0), mask=cm)
-            tl.store(dwg_part_ptr + part + cols, tl.sum(tl.where(m, tl.abs(dn) * xa, 0.0), axis=0), mask=cm)
+            dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
+                                         x, t, dy, gam, s, oms, r, c, q)
+            tl.store(dw_part_ptr + part + cols, tl.sum(dw_t, axis=0), mask=cm)
+            tl.store(dwg_part_ptr + part + cols, tl.sum(dwg_t, axis=0), mask=cm)
 
 
 LAYOUTS = ("blocks", "strips")
