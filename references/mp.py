@@ -108,8 +108,8 @@ def _row_parts(inp: Inputs, index: int, need_c: bool) -> dict:
 
 
 def _row_lists(p: dict) -> dict:
-    """A row's inputs as mpf and its per-element xhat, sigmoid, silu, dn, dxhat: what `row` and
-    the dx constant c are computed from (one place, so both give the same mpf)."""
+    """A row's inputs as mpf and its per-element xhat, sigmoid, silu, dn, dxhat: what `row` is
+    computed from, and the dx constant c of a row with a non-finite value (`_row_c`)."""
     r, x, t, dy, g = p["r"], _mp(p["x"]), _mp(p["t"]), _mp(p["dy"]), _gamma(p)
     xhat = [xi * r for xi in x]
     s = [1 / (1 + mpmath.exp(-ti)) for ti in t]
