@@ -60,6 +60,35 @@ def kernel_times(inp, dev):
         print(f"  kernel {e.key[:70]}: {getattr(e, 'device_time_total', 0) / 3 / 1e3:.3f} ms a call")
 
 
+def hybrid(inp, dev, floor_s, vf, gf, bnd0):
+    """Inductor's row kernel without the dweight column sums (each row's rsqrt out instead), then
+    the column sums in the hand-written Triton kernel: each alone and together."""
+    from references.triton_reference import column_sums_triton
+    rows_fn = fast._compiled_outputs(fast._key(inp), "off", columns=False)
+    args = (inp.x, inp.gate, inp.weight, inp.dy, None)
+    _, t_c = once(lambda: rows_fn(*args), dev)
+    t_rows = timed(lambda: rows_fn(*args), dev)
+    print(f"hybrid: Inductor's row graph without the column sums {t_rows * 1e3:.3f} ms (compile {t_c:.1f} s)")
+    r = rows_fn(*args)[-1]
+    for tab, rows, rb, bn, nw in ((True, 256, 8, 128, 4), (False, 256, 8, 128, 4), (True, 128, 8, 64, 4),
+                                  (False, 128, 8, 64, 4), (False, 256, 16, 64, 4), (False, 512, 8, 128, 8),
+                                  (False, 256, 4, 256, 4), (True, 256, 16, 128, 8), (False, 64, 8, 128, 4)):
+        col = lambda: column_sums_triton(inp, r, table=tab, rows=rows, rb=rb, bn=bn, warps=nw)
+        try:
+            _, t_j = once(col, dev)
+        except Exception as err:
+            print(f"  column sums ({tab}, {rows}, {rb}, {bn}, {nw}) failed: {type(err).__name__}: {str(err)[:300]}")
+            continue
+        t_col = timed(col, dev)
+        dw, dwg = col()
+        agree = bool(torch.all((dw - vf["dweight"]).abs() <= 2 * bnd0["dweight"] * gf["dweight"] + 1e-300))
+        both = lambda: (rows_fn(*args), col())
+        t_both = timed(both, dev)
+        print(f"  column sums in Triton (sigmoid {'table' if tab else 'exp'}, strips of {rows} rows x {bn} columns, "
+              f"{rb} rows a step, {nw} warps): {t_col * 1e3:.3f} ms alone (JIT {t_j:.1f} s), agrees: {agree}; "
+              f"with the row graph {t_both * 1e3:.3f} ms = {100 * floor_s / t_both:.1f}% of the floor")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -69,6 +98,8 @@ def main():
     p.add_argument("--profile", action="store_true", help="kernels of the fused pass (torch.profiler)")
     p.add_argument("--triton", action="store_true",
                    help="also time the hand-written Triton pass (references/triton_reference.py)")
+    p.add_argument("--layouts", default="blocks,strips,rows",
+                   help="with --triton: the layouts to time (comma-separated)")
     p.add_argument("--tune", action="store_true",
                    help="also time the fused pass compiled with Inductor's coordinate_descent_tuning")
     a = p.parse_args()
@@ -113,7 +144,7 @@ def main():
     if a.profile and a.device.startswith("cuda"):
         kernel_times(inp, a.device)
     if a.triton:
-        from references.triton_reference import blocks_launch, exact_outputs_triton, launch_shape
+        from references.triton_reference import blocks_launch, exact_outputs_triton, launch_shape, rows_launch
         vf, gf = exact_outputs_fused(inp)
         bnd0 = float64_error_bound(inp)
         # (layout, launch overrides, sigmoid table): the blocks layout's default, other launch shapes
@@ -125,28 +156,60 @@ def main():
                                      (4, 256, 2, True),
                                      # no spills, more warps an SM by ptxas (bench/triton-registers-run10.txt)
                                      (8, 128, 16, True), (8, 64, 8, True), (8, 32, 4, True))] + \
-            [("strips", {}, True)]
+            [("strips", {}, True)] + \
+            [("rows", dict(prefetch=pf, reconvert=rc, warps=nw, evict=ev, maxnreg=mr, **extra), tab)
+             for pf, rc, nw, ev, mr, tab, extra in (
+                 (True, False, 16, "", None, True, {}), (True, True, 16, "", None, True, {}),
+                 (False, False, 16, "", None, True, {}), (False, True, 16, "", None, True, {}),
+                 (True, False, 16, "", 128, True, {}), (True, True, 16, "", 128, True, {}),
+                 (True, True, 16, "evict_first", 128, True, {}), (True, True, 32, "", 64, True, {}),
+                 (True, True, 8, "", None, True, {}), (True, True, 8, "", None, True, {"programs": 264}),
+                 (True, True, 16, "", 128, False, {}), (True, True, 16, "evict_first", 128, False, {}))]
+        variants += [("loops", dict(rows_per_block=rb, chunk=ch, warps=nw, split=sp), tab)
+                     for rb, ch, nw, sp, tab in ((4, 512, 8, True, False), (4, 512, 8, True, True),
+                                                 (8, 256, 8, True, False), (8, 512, 8, True, False),
+                                                 (2, 1024, 8, True, False), (1, 2048, 8, True, False),
+                                                 (4, 256, 4, True, False), (8, 256, 8, False, False),
+                                                 (4, 512, 8, False, False), (16, 128, 8, True, False),
+                                                 (8, 128, 4, True, False), (4, 1024, 16, True, False))]
+        variants = [v for v in variants if v[0] in a.layouts.split(",")]
         for layout, kw, tab in variants:
             if layout == "blocks":
                 rb, ch, nw = blocks_launch(a.tokens, a.hidden, kw.get("rows_per_block"), kw.get("chunk"), kw.get("warps"))
                 shape = (f"blocks of {rb} rows, {ch} columns a step, {nw} warps, second pass "
                          f"{'last chunk first' if kw.get('reverse', True) else 'in order'}")
+            elif layout == "loops":
+                shape = (f"light loops, {kw['rows_per_block']} rows x {kw['chunk']} columns, {kw['warps']} warps, "
+                         f"outputs in {'two loops' if kw['split'] else 'one loop'}")
+                rb = kw["rows_per_block"]
+            elif layout == "rows":
+                hp, nprog, nw = rows_launch(a.tokens, a.hidden, inp.x.device, kw.get("programs"), kw.get("warps"))
+                shape = (f"persistent rows, {nprog} programs of {nw} warps, prefetch {kw['prefetch']}, "
+                         f"reconvert {kw['reconvert']}, stores {kw['evict'] or 'default'}, maxnreg {kw['maxnreg']}")
             else:
                 cfg = launch_shape(a.tokens, a.hidden, kw.get("rows"), kw.get("strip"))
                 shape = f"row sums, then {cfg[1]}-row x {cfg[3]}-column strips, {cfg[2]} rows a step"
             run = lambda: exact_outputs_triton(inp, layout=layout, table=tab, **kw)
-            _, t_c3 = once(run, a.device)
+            try:
+                _, t_c3 = once(run, a.device)
+            except Exception as err:          # one variant failing to compile: report it, go on
+                print(f"exact_outputs_triton ({shape}): failed: {type(err).__name__}: {str(err)[:300]}")
+                continue
             t_tri = timed(run, a.device)
             vt, _ = run()
             agree = all(bool(torch.all((vt[k] - vf[k]).abs() <= 2 * bnd0[k] * gf[k] + 1e-300))
                         for k in ("y", "dx", "dgate", "dweight"))
-            # both layouts read the inputs twice; blocks also write and read 2 partial rows a block
-            tri_bytes = fused_bytes + 3 * n * esize + (2 * 2 * 8 * n // rb if layout == "blocks" else 0)
+            # blocks and strips read the inputs twice (blocks also write and read 2 partial rows a
+            # block); rows reads them once
+            tri_bytes = fused_bytes + (0 if layout == "rows" else 3 * n * esize) + \
+                (2 * 2 * 8 * n // rb if layout in ("blocks", "loops") else 0)
             print(f"exact_outputs_triton ({shape}, sigmoid {'table' if tab and has_sigmoid_table(inp.gate.dtype) else 'exp'}): "
                   f"{t_tri * 1e3:.3f} ms = {100 * floor_s / t_tri:.1f}% of the floor "
                   f"(first call incl. JIT {t_c3:.1f} s; its own traffic {100 * tri_bytes / bw / t_tri:.0f}% "
                   f"of copy bandwidth; agrees with the fused pass: {agree})")
             del vt
+        if "hybrid" in a.layouts.split(","):
+            hybrid(inp, a.device, floor_s, vf, gf, bnd0)
         del vf, gf
     if a.tune:
         from torch._inductor import config as ic

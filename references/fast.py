@@ -108,7 +108,8 @@ def _gate_sigmoids(gate_in, t, table):
     return torch.where(pos, d, ed), torch.where(pos, ed, d)
 
 
-def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool, table_mode: str = "all"):
+def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool, table_mode: str = "all",
+                  columns: bool = True):
     """references.exact.exact_outputs, written as one graph (same formulas; the two sigmoids from a
     table of the gate dtype's values, or from one shared exp; with table_mode "columns" the table
     only for the dweight column sums)."""
@@ -129,6 +130,13 @@ def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool, table
     # rmsnorm_backward
     dxhat = dn * g
     dx = r * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
+    if not columns:      # the dweight column sums left to another kernel: each row's rsqrt for it
+        dn_abs = dn.abs()
+        a = dn_abs * g.abs()
+        xa = xhat.abs()
+        dx_g = r * (a + xa * (a * xa).mean(-1, keepdim=True))
+        y = n * silu
+        return y, dy * n * dsilu, dx, (dy * n).abs() * dsilu_abs, dx_g, r
     h = dn.shape[-1]
     # the column sums are their own kernel, which recomputes dn: there the table may pay
     dn_col = dy * (t * _gate_sigmoids(gate_in, t, table)[0]) if table_mode == "columns" else dn
@@ -162,17 +170,17 @@ def _key(inp: Inputs):
             str(inp.x.device), float(inp.eps), bool(inp.zero_centered_gamma))
 
 
-def _compiled_outputs(key, table_mode: str = "off"):
-    fn = _COMPILED.get(("outputs", table_mode) + key)
+def _compiled_outputs(key, table_mode: str = "off", columns: bool = True):
+    fn = _COMPILED.get(("outputs", table_mode, columns) + key)
     if fn is None:
         _raise_recompile_limit()
         eps, zc = key[-2], key[-1]
 
         def body(x, gate, w, dy, table):
-            return _outputs_body(x, gate, w, dy, table, eps, zc, table_mode)
+            return _outputs_body(x, gate, w, dy, table, eps, zc, table_mode, columns)
 
         fn = torch.compile(body, dynamic=False, fullgraph=True, options=_inductor_options())
-        _COMPILED[("outputs", table_mode) + key] = fn
+        _COMPILED[("outputs", table_mode, columns) + key] = fn
     return fn
 
 

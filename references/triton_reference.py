@@ -65,7 +65,8 @@ if triton is not None:
         return x * x, u, tl.abs(u)
 
     @triton.jit
-    def _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m, x, t, dy, gam, s, oms, r, c, q):
+    def _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m, x, t, dy, gam, s, oms, r, c, q,
+                       EV: tl.constexpr):
         """Write y, dgate, dx and the gauges of dgate, dx where m holds; return the dweight terms
         and their gauge terms, 0 where m does not (rows past T: r may be inf there, eps = 0)."""
         xhat = x * r
@@ -73,11 +74,11 @@ if triton is not None:
         dn = dy * (t * s)
         xa = tl.abs(xhat)
         dyn = dy * n
-        tl.store(y_ptr + off, n * (t * s), mask=m)
-        tl.store(dgate_ptr + off, dyn * (s * (1.0 + t * oms)), mask=m)
-        tl.store(dgate_g_ptr + off, tl.abs(dyn) * (s * (1.0 + tl.abs(t) * oms)), mask=m)
-        tl.store(dx_ptr + off, r * (dn * gam - xhat * c), mask=m)
-        tl.store(dx_g_ptr + off, r * (tl.abs(dn) * tl.abs(gam) + xa * q), mask=m)
+        tl.store(y_ptr + off, n * (t * s), mask=m, eviction_policy=EV)
+        tl.store(dgate_ptr + off, dyn * (s * (1.0 + t * oms)), mask=m, eviction_policy=EV)
+        tl.store(dgate_g_ptr + off, tl.abs(dyn) * (s * (1.0 + tl.abs(t) * oms)), mask=m, eviction_policy=EV)
+        tl.store(dx_ptr + off, r * (dn * gam - xhat * c), mask=m, eviction_policy=EV)
+        tl.store(dx_g_ptr + off, r * (tl.abs(dn) * tl.abs(gam) + xa * q), mask=m, eviction_policy=EV)
         return tl.where(m, dn * xhat, 0.0), tl.where(m, tl.abs(dn) * xa, 0.0)
 
     @triton.jit
@@ -132,7 +133,7 @@ if triton is not None:
             x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m)
             s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
             dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
-                                         x, t, dy, gam, s, oms, r, c, q)
+                                         x, t, dy, gam, s, oms, r, c, q, "")
             dw += tl.sum(dw_t, axis=0)
             dwg += tl.sum(dwg_t, axis=0)
         part = tl.program_id(1).to(tl.int64) * H
@@ -181,12 +182,197 @@ if triton is not None:
             gam = (w + 1.0 if ZC else w)[None, :]
             s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
             dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
-                                         x, t, dy, gam, s, oms, r, c, q)
+                                         x, t, dy, gam, s, oms, r, c, q, "")
             tl.store(dw_part_ptr + part + cols, tl.sum(dw_t, axis=0), mask=cm)
             tl.store(dwg_part_ptr + part + cols, tl.sum(dwg_t, axis=0), mask=cm)
 
 
-LAYOUTS = ("blocks", "strips")
+    @triton.jit
+    def _rows_persistent(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
+                         y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
+                         T, H, ZC: tl.constexpr, HP: tl.constexpr, TAB: tl.constexpr,
+                         PREFETCH: tl.constexpr, RECONVERT: tl.constexpr, EV: tl.constexpr):
+        """Persistent programs, one whole row at a time (HP >= H columns), rows pid, pid + P, ...:
+        only the row's raw 16-bit inputs stay in registers between its sums and its outputs (read
+        from memory once), the next row's are loaded while this one is written (PREFETCH), and
+        the dweight terms are summed down the program's rows in registers, one partial row per
+        program (a fixed order: deterministic). RECONVERT: the second half converts the raw
+        inputs to float64 again instead of keeping the float64 values live over the row sums."""
+        pid = tl.program_id(0)
+        step = tl.num_programs(0)
+        cols = tl.arange(0, HP)
+        cm = cols < H
+        eps = tl.load(eps_ptr)
+        dw = tl.zeros([HP], dtype=tl.float64)
+        dwg = tl.zeros([HP], dtype=tl.float64)
+        m0 = cm & (pid < T)
+        off0 = pid.to(tl.int64) * H + cols
+        xr = tl.load(x_ptr + off0, mask=m0, other=0)
+        gr = tl.load(g_ptr + off0, mask=m0, other=0)
+        dr = tl.load(dy_ptr + off0, mask=m0, other=0)
+        stride = step.to(tl.int64) * H
+        off = off0
+        for row in range(pid, T, step):
+            if PREFETCH:
+                nm = cm & (row + step < T)
+                xn = tl.load(x_ptr + off + stride, mask=nm, other=0)
+                gn = tl.load(g_ptr + off + stride, mask=nm, other=0)
+                dn_ = tl.load(dy_ptr + off + stride, mask=nm, other=0)
+            w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
+            gam = w + 1.0 if ZC else w
+            x = xr.to(tl.float64)
+            t = gr.to(tl.float64)
+            dy = dr.to(tl.float64)
+            s, _ = _silu_parts(gr, t, tab_ptr, cm, TAB)
+            xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
+            r = 1.0 / tl.sqrt(tl.sum(xx, axis=0) / H + eps)      # fp64 sqrt: sqrt.rn.f64
+            c = r * (tl.sum(u, axis=0) / H)
+            q = r * (tl.sum(ua, axis=0) / H)
+            if RECONVERT:      # a non-pure conversion the compiler cannot merge with the one above
+                x = tl.inline_asm_elementwise("cvt.f64.f32 $0, $1;", "=d,f", [xr.to(tl.float32)],
+                                              dtype=tl.float64, is_pure=False, pack=1)
+                t = tl.inline_asm_elementwise("cvt.f64.f32 $0, $1;", "=d,f", [gr.to(tl.float32)],
+                                              dtype=tl.float64, is_pure=False, pack=1)
+                dy = tl.inline_asm_elementwise("cvt.f64.f32 $0, $1;", "=d,f", [dr.to(tl.float32)],
+                                               dtype=tl.float64, is_pure=False, pack=1)
+                w = tl.load(w_ptr + cols, mask=cm, other=0, cache_modifier=".ca").to(tl.float64)
+                gam = w + 1.0 if ZC else w
+            s, oms = _silu_parts(gr, t, tab_ptr, cm, TAB)
+            dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, cm,
+                                         x, t, dy, gam, s, oms, r, c, q, EV)
+            dw += dw_t
+            dwg += dwg_t
+            if PREFETCH:
+                xr, gr, dr = xn, gn, dn_
+            else:
+                nm = cm & (row + step < T)
+                xr = tl.load(x_ptr + off + stride, mask=nm, other=0)
+                gr = tl.load(g_ptr + off + stride, mask=nm, other=0)
+                dr = tl.load(dy_ptr + off + stride, mask=nm, other=0)
+            off += stride
+        part = pid.to(tl.int64) * H
+        tl.store(dw_part_ptr + part + cols, dw, mask=cm)
+        tl.store(dwg_part_ptr + part + cols, dwg, mask=cm)
+
+
+    @triton.jit
+    def _row_loops(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
+                   y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
+                   T, H, ZC: tl.constexpr, RB: tl.constexpr, CH: tl.constexpr, TAB: tl.constexpr,
+                   SPLIT: tl.constexpr):
+        """RB rows, CH columns at a time, in light loops as Inductor writes its row kernel (each
+        loop reloads the inputs, from L2): the sum of x^2; the sums of u and |u|; the outputs (with
+        SPLIT: y, dgate and its gauge, then dx, its gauge and the block's dweight terms, in two
+        loops). The dweight terms summed over the block's rows, one partial row per block."""
+        rows = tl.program_id(0) * RB + tl.arange(0, RB)
+        rm = rows < T
+        base = rows.to(tl.int64)[:, None] * H
+        acc_xx = tl.zeros([RB, CH], dtype=tl.float64)
+        for j in range(0, H, CH):
+            cols = j + tl.arange(0, CH)
+            m = rm[:, None] & (cols < H)[None, :]
+            x = tl.load(x_ptr + base + cols[None, :], mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
+            acc_xx += x * x
+        eps = tl.load(eps_ptr)
+        r = (1.0 / tl.sqrt(tl.sum(acc_xx, axis=1) / H + eps))[:, None]     # fp64 sqrt: sqrt.rn.f64
+        acc_u = tl.zeros([RB, CH], dtype=tl.float64)
+        acc_ua = tl.zeros([RB, CH], dtype=tl.float64)
+        for j in range(0, H, CH):
+            cols = j + tl.arange(0, CH)
+            m = rm[:, None] & (cols < H)[None, :]
+            off = base + cols[None, :]
+            x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
+            graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy="evict_last")
+            t = graw.to(tl.float64)
+            dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
+            w = tl.load(w_ptr + cols, mask=cols < H, other=0).to(tl.float64)
+            gam = (w + 1.0 if ZC else w)[None, :]
+            s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
+            _, u, ua = _row_sum_terms(x, t, dy, gam, s)
+            acc_u += u
+            acc_ua += ua
+        c = r * (tl.sum(acc_u, axis=1) / H)[:, None]
+        q = r * (tl.sum(acc_ua, axis=1) / H)[:, None]
+        part = tl.program_id(0).to(tl.int64) * H
+        if SPLIT:
+            for j in range(0, H, CH):
+                cols = j + tl.arange(0, CH)
+                m = rm[:, None] & (cols < H)[None, :]
+                off = base + cols[None, :]
+                x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
+                graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy="evict_last")
+                t = graw.to(tl.float64)
+                dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
+                w = tl.load(w_ptr + cols, mask=cols < H, other=0).to(tl.float64)
+                gam = (w + 1.0 if ZC else w)[None, :]
+                s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
+                n = x * r * gam
+                dyn = dy * n
+                tl.store(y_ptr + off, n * (t * s), mask=m)
+                tl.store(dgate_ptr + off, dyn * (s * (1.0 + t * oms)), mask=m)
+                tl.store(dgate_g_ptr + off, tl.abs(dyn) * (s * (1.0 + tl.abs(t) * oms)), mask=m)
+            for j in range(0, H, CH):
+                cols = j + tl.arange(0, CH)
+                cm = cols < H
+                m = rm[:, None] & cm[None, :]
+                off = base + cols[None, :]
+                x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy="evict_first").to(tl.float64)
+                graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy="evict_first")
+                t = graw.to(tl.float64)
+                dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy="evict_first").to(tl.float64)
+                w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
+                gam = (w + 1.0 if ZC else w)[None, :]
+                s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
+                xhat = x * r
+                dn = dy * (t * s)
+                xa = tl.abs(xhat)
+                tl.store(dx_ptr + off, r * (dn * gam - xhat * c), mask=m)
+                tl.store(dx_g_ptr + off, r * (tl.abs(dn) * tl.abs(gam) + xa * q), mask=m)
+                tl.store(dw_part_ptr + part + cols, tl.sum(tl.where(m, dn * xhat, 0.0), axis=0), mask=cm)
+                tl.store(dwg_part_ptr + part + cols, tl.sum(tl.where(m, tl.abs(dn) * xa, 0.0), axis=0), mask=cm)
+        else:
+            for j in range(0, H, CH):
+                cols = j + tl.arange(0, CH)
+                cm = cols < H
+                m = rm[:, None] & cm[None, :]
+                off = base + cols[None, :]
+                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m)
+                w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
+                gam = (w + 1.0 if ZC else w)[None, :]
+                s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
+                dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
+                                             x, t, dy, gam, s, oms, r, c, q, "")
+                tl.store(dw_part_ptr + part + cols, tl.sum(dw_t, axis=0), mask=cm)
+                tl.store(dwg_part_ptr + part + cols, tl.sum(dwg_t, axis=0), mask=cm)
+
+    @triton.jit
+    def _col_sums(x_ptr, g_ptr, dy_ptr, tab_ptr, r_ptr, dw_part_ptr, dwg_part_ptr, T, H,
+                  ROWS: tl.constexpr, RB: tl.constexpr, BN: tl.constexpr, TAB: tl.constexpr):
+        """The dweight terms and their gauge terms summed down a strip of ROWS rows and BN columns
+        (r, a row's rsqrt, given): one partial row per strip."""
+        cols = tl.program_id(0) * BN + tl.arange(0, BN)
+        cm = cols < H
+        acc = tl.zeros([RB, BN], dtype=tl.float64)
+        acc_g = tl.zeros([RB, BN], dtype=tl.float64)
+        first = tl.program_id(1) * ROWS
+        for i in range(0, ROWS, RB):
+            rows = first + i + tl.arange(0, RB)
+            rm = rows < T
+            m = rm[:, None] & cm[None, :]
+            off = rows.to(tl.int64)[:, None] * H + cols[None, :]
+            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m)
+            r = tl.load(r_ptr + rows, mask=rm, other=0)[:, None]
+            s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
+            dn = dy * (t * s)
+            xhat = x * r
+            acc += tl.where(m, dn * xhat, 0.0)
+            acc_g += tl.where(m, tl.abs(dn) * tl.abs(xhat), 0.0)
+        part = tl.program_id(1).to(tl.int64) * H
+        tl.store(dw_part_ptr + part + cols, tl.sum(acc, axis=0), mask=cm)
+        tl.store(dwg_part_ptr + part + cols, tl.sum(acc_g, axis=0), mask=cm)
+
+
+LAYOUTS = ("blocks", "strips", "rows", "loops")
 
 
 def blocks_launch(tokens: int, hidden: int, rows_per_block: int | None = None, chunk: int | None = None,
@@ -197,6 +383,18 @@ def blocks_launch(tokens: int, hidden: int, rows_per_block: int | None = None, c
     ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 128)
     rb = rows_per_block or min(triton.next_power_of_2(max(tokens, 1)), max(8, 1024 // ch))
     return rb, ch, warps or max(1, min(16, rb * ch // 512))
+
+
+def rows_launch(tokens: int, hidden: int, device, programs: int | None = None, warps: int | None = None
+                ) -> tuple[int, int, int]:
+    """Rows layout: (HP columns held, persistent programs, warps): 8 columns a thread up to 16
+    warps, one program an SM by default (a program holds a whole row)."""
+    hp = triton.next_power_of_2(max(hidden, 1))
+    nw = warps or max(1, min(16, hp // 256))
+    if programs is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+        programs = sms
+    return hp, max(1, min(programs, tokens)), nw
 
 
 def launch_shape(tokens: int, hidden: int, rows: int | None = None,
@@ -211,7 +409,9 @@ def launch_shape(tokens: int, hidden: int, rows: int | None = None,
 
 def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = False,
                          rows_per_block: int | None = None, chunk: int | None = None, warps: int | None = None,
-                         reverse: bool = True, rows: int | None = None, strip: int | None = None
+                         reverse: bool = True, rows: int | None = None, strip: int | None = None,
+                         programs: int | None = None, prefetch: bool = True, reconvert: bool = False,
+                         evict: str = "", maxnreg: int | None = None, split: bool = True
                          ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Values of y, dx, dgate, dweight and gauges of dx, dgate, dweight, as exact_outputs_fused (n,
     dn and the |value| gauges on first use). layout "blocks": one kernel over blocks of whole rows
@@ -239,6 +439,21 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
         _row_blocks[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
                                tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB=use_tab, REV=reverse, num_warps=nw)
+    elif layout == "loops":
+        rb = rows_per_block or 4
+        ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 512)
+        nw = warps or 8
+        blocks = -(-tokens // rb)
+        dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
+        _row_loops[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
+                              tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB=use_tab, SPLIT=split, num_warps=nw)
+    elif layout == "rows":
+        hp, nprog, nw = rows_launch(tokens, hidden, dev, programs, warps)
+        dw_part, dwg_part = torch.empty((nprog, hidden), **f64), torch.empty((nprog, hidden), **f64)
+        _rows_persistent[(nprog,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
+                                   tokens, hidden, ZC=zc, HP=hp, TAB=use_tab, PREFETCH=prefetch,
+                                   RECONVERT=reconvert, EV=evict, num_warps=nw,
+                                   **({"maxnreg": maxnreg} if maxnreg else {}))
     else:
         chunk_s, rows, rb, bh = launch_shape(tokens, hidden, rows, strip)
         stats = torch.empty((tokens, 3), **f64)
@@ -252,3 +467,20 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
     return completed_on_use(inp, {"y": y.reshape(shape), "dgate": dgate.reshape(shape), "dx": dx.reshape(shape),
                                   "dweight": dw_part.sum(0)},
                             {"dgate": dgate_g.reshape(shape), "dx": dx_g.reshape(shape), "dweight": dwg_part.sum(0)})
+
+
+def column_sums_triton(inp: Inputs, r: torch.Tensor, table: bool = True, rows: int = 256, rb: int = 8,
+                       bn: int = 128, warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """dweight and its gauge from the inputs and each row's rsqrt r (float64, one a row): strips
+    of `rows` rows x `bn` columns, partial rows summed in a fixed order."""
+    hidden = inp.hidden
+    x, g, dy = (t.contiguous().reshape(-1, hidden) for t in (inp.x, inp.gate, inp.dy))
+    tokens = x.shape[0]
+    f64 = dict(dtype=torch.float64, device=x.device)
+    use_tab = table and has_sigmoid_table(g.dtype)
+    tab = sigmoid_table(g.dtype, x.device) if use_tab else torch.zeros(2, **f64)
+    strips = -(-tokens // rows)
+    dw_part, dwg_part = torch.empty((strips, hidden), **f64), torch.empty((strips, hidden), **f64)
+    _col_sums[(-(-hidden // bn), strips)](x, g, dy, tab, r.reshape(-1).contiguous(), dw_part, dwg_part,
+                                          tokens, hidden, ROWS=rows, RB=rb, BN=bn, TAB=use_tab, num_warps=warps)
+    return dw_part.sum(0), dwg_part.sum(0)

@@ -32,7 +32,13 @@ def check_all(device: str) -> None:
            [(c, {"rows_per_block": 4, "chunk": 16, "reverse": False}) for c in CASES] + \
            [(c, {"table": True}) for c in CASES if c[1] != torch.float32] + \
            [(c, {"layout": "strips", "table": True}) for c in CASES] + \
-           [(c, {"layout": "strips", "rows": 3, "strip": 16}) for c in CASES]
+           [(c, {"layout": "strips", "rows": 3, "strip": 16}) for c in CASES] + \
+           [(c, {"layout": "rows", "programs": 3, "table": True}) for c in CASES] + \
+           [(c, {"layout": "loops", "rows_per_block": 4, "chunk": 16, "table": True}) for c in CASES] + \
+           [(c, {"layout": "loops", "rows_per_block": 2, "chunk": 32, "split": False}) for c in CASES] + \
+           [(c, {"layout": "rows", "programs": 2, "prefetch": False}) for c in CASES] + \
+           [(c, {"layout": "rows", "programs": 4, "reconvert": True, "table": True}) for c in CASES
+            if device == "cuda"]      # inline PTX: not in the interpreter
     for (shape, dtype, zc, eps, shift), split in runs:
         inp = make_inputs(shape, dtype, zc, gate_shift=shift, eps=eps, seed=len(shape)).to(device)
         v, g = exact_outputs(inp)
