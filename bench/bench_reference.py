@@ -1,11 +1,16 @@
 """float64 reference throughput against the memory-bandwidth floor, and the share of a case's
 reference time spent in mpmath certification.
 
-    python bench/bench_reference.py [--device cuda] [--tokens 8192] [--hidden 4096] [--dtype bf16] [--profile] [--tune] [--triton]
+    python bench/bench_reference.py [--device cuda] [--tokens 8192] [--hidden 4096] [--dtype bf16] [--profile] [--tune]
+                                    [--triton [--layouts blocks,strips,rows,stream,pair,hybrid]]
 
 Times the eager closed forms (references.exact.exact_outputs) and the fused torch.compile version
-(references.fast.exact_outputs_fused; compile time reported separately), and the undecided mask of
-certification eager (references.certify.undecided) and fused (references.fast.undecided_fast).
+(references.fast.exact_outputs_fused, each sigmoid-table mode and both ways of writing dx's row
+sums; compile time reported separately; on CUDA also its kernels' own time from torch.profiler),
+and the undecided mask of certification eager (references.certify.undecided) and fused
+(references.fast.undecided_fast). --triton: the hand-written kernels of
+references/triton_reference.py in the layouts asked for, "hybrid" being Inductor's row graph
+without the column sums plus the Triton column-sum kernel.
 
 Floor: the bytes the closed forms must move at least once — read x, gate, dy (the input dtype) and
 weight, write y, dx, dgate in float64 plus dweight — divided by the device's copy bandwidth
@@ -49,6 +54,19 @@ def timed(fn, dev, repeat=10):
     return (time.perf_counter() - t0) / repeat
 
 
+def device_ms(fn, calls=5):
+    """The GPU time of fn's kernels a call (torch.profiler: the kernels' own durations, summed),
+    free of host-side launch overheads and of any synchronisation in fn."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return sum(getattr(e, "self_device_time_total", 0) for e in prof.key_averages()) / calls / 1e3
+
+
 def kernel_times(inp, dev):
     """The fused pass's kernels and their device time a call (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
@@ -64,15 +82,37 @@ def hybrid(inp, dev, floor_s, vf, gf, bnd0):
     """Inductor's row kernel without the dweight column sums (each row's rsqrt out instead), then
     the column sums in the hand-written Triton kernel: each alone and together."""
     from references.triton_reference import column_sums_triton
-    rows_fn = fast._compiled_outputs(fast._key(inp), "off", columns=False)
     args = (inp.x, inp.gate, inp.weight, inp.dy, None)
-    _, t_c = once(lambda: rows_fn(*args), dev)
-    t_rows = timed(lambda: rows_fn(*args), dev)
-    print(f"hybrid: Inductor's row graph without the column sums {t_rows * 1e3:.3f} ms (compile {t_c:.1f} s)")
+    for rs in ("xhat", "raw"):
+        rows_fn = fast._compiled_outputs(fast._key(inp), "off", columns=False, row_sums=rs)
+        _, t_c = once(lambda: rows_fn(*args), dev)
+        t_rows = timed(lambda: rows_fn(*args), dev)
+        print(f"hybrid: Inductor's row graph without the column sums, row sums {rs}: {t_rows * 1e3:.3f} ms "
+              f"(compile {t_c:.1f} s)")
     r = rows_fn(*args)[-1]
-    for tab, rows, rb, bn, nw in ((True, 256, 8, 128, 4), (False, 256, 8, 128, 4), (True, 128, 8, 64, 4),
-                                  (False, 128, 8, 64, 4), (False, 256, 16, 64, 4), (False, 512, 8, 128, 8),
-                                  (False, 256, 4, 256, 4), (True, 256, 16, 128, 8), (False, 64, 8, 128, 4)):
+    eps = inp.eps
+    r_fn = torch.compile(lambda x: torch.rsqrt((x.to(torch.float64) ** 2).mean(-1) + eps), dynamic=False)
+    r_fn(inp.x)
+    t_r = timed(lambda: r_fn(inp.x), dev)
+    print(f"  each row's rsqrt alone (Inductor): {t_r * 1e3:.3f} ms")
+    for prio in (-1, 0):      # the column sums on a side stream beside the row graph (r first)
+        side = torch.cuda.Stream(priority=prio)
+
+        def overlapped():
+            rr = r_fn(inp.x)
+            cur = torch.cuda.current_stream()
+            side.wait_stream(cur)
+            with torch.cuda.stream(side):
+                cols = column_sums_triton(inp, rr, table=False, rows=128, rb=8, bn=64, warps=4)
+            out = rows_fn(*args)
+            cur.wait_stream(side)
+            return out, cols
+        t_ov = timed(overlapped, dev)
+        (_, cols) = overlapped()
+        agree = bool(torch.all((cols[0] - vf["dweight"]).abs() <= 2 * bnd0["dweight"] * gf["dweight"] + 1e-300))
+        print(f"  rsqrt, then the raw row graph and the Triton column sums on a side stream of priority {prio}: "
+              f"{t_ov * 1e3:.3f} ms = {100 * floor_s / t_ov:.1f}% of the floor; dweight agrees: {agree}")
+    for tab, rows, rb, bn, nw in ((True, 128, 8, 64, 4), (False, 128, 8, 64, 4), (False, 512, 8, 128, 8)):
         col = lambda: column_sums_triton(inp, r, table=tab, rows=rows, rb=rb, bn=bn, warps=nw)
         try:
             _, t_j = once(col, dev)
@@ -84,9 +124,11 @@ def hybrid(inp, dev, floor_s, vf, gf, bnd0):
         agree = bool(torch.all((dw - vf["dweight"]).abs() <= 2 * bnd0["dweight"] * gf["dweight"] + 1e-300))
         both = lambda: (rows_fn(*args), col())
         t_both = timed(both, dev)
+        t_bd = device_ms(both)
         print(f"  column sums in Triton (sigmoid {'table' if tab else 'exp'}, strips of {rows} rows x {bn} columns, "
               f"{rb} rows a step, {nw} warps): {t_col * 1e3:.3f} ms alone (JIT {t_j:.1f} s), agrees: {agree}; "
-              f"with the row graph {t_both * 1e3:.3f} ms = {100 * floor_s / t_both:.1f}% of the floor")
+              f"with the raw row graph {t_both * 1e3:.3f} ms = {100 * floor_s / t_both:.1f}% of the floor "
+              f"(kernels alone {t_bd:.3f} ms = {100 * floor_s * 1e3 / t_bd:.1f}%)")
 
 
 def main():
@@ -130,16 +172,36 @@ def main():
     def traffic(t):      # the minimal and the modelled traffic against copy bandwidth
         return (f"minimal fused traffic {fused_bytes / 1e9:.2f} GB -> {100 * fused_bytes / bw / t:.0f}%, "
                 f"its own {own_bytes / 1e9:.2f} GB -> {100 * own_bytes / bw / t:.0f}% of copy bandwidth")
+    if a.device.startswith("cuda"):
+        t_fd = device_ms(lambda: exact_outputs_fused(inp))
+        print(f"exact_outputs_fused, table {fast.FUSED_SIGMOID_TABLE}: kernels alone {t_fd:.3f} ms a call "
+              f"= {100 * floor_s * 1e3 / t_fd:.1f}% of the floor")
     print(f"exact_outputs_fused (torch.compile): {t_fused * 1e3:.3f} ms = {100 * floor_s / t_fused:.1f}% of the floor, "
           f"{t_ref / t_fused:.1f}x eager (first call incl. compile {t_compile:.1f} s; {traffic(t_fused)})")
     for mode in ("all", "columns") if has_sigmoid_table(inp.gate.dtype) else ():
         fast.FUSED_SIGMOID_TABLE = mode      # the same pass reading sigmoid from a table instead
         _, t_c0 = once(lambda: exact_outputs_fused(inp), a.device)
         t_tab = timed(lambda: exact_outputs_fused(inp), a.device)
+        if a.device.startswith("cuda"):
+            t_td = device_ms(lambda: exact_outputs_fused(inp))
+            print(f"  table {mode}: kernels alone {t_td:.3f} ms = {100 * floor_s * 1e3 / t_td:.1f}% of the floor")
         where = "everywhere" if mode == "all" else "in the dweight column sums only"
         print(f"  (the pass above computes sigmoid with an exp per element; reading it from a table of the "
               f"{a.dtype} gate's 65536 values {where}: {t_tab * 1e3:.3f} ms = {100 * floor_s / t_tab:.1f}% "
               f"of the floor, compile {t_c0:.1f} s; {traffic(t_tab)})")
+    for mode in ("off", "columns") if has_sigmoid_table(inp.gate.dtype) else ("off",):
+        fast.FUSED_SIGMOID_TABLE, fast.FUSED_ROW_SUMS = mode, "raw"   # dx's row sums from the raw products
+        _, t_c1 = once(lambda: exact_outputs_fused(inp), a.device)
+        t_raw = timed(lambda: exact_outputs_fused(inp), a.device)
+        if a.device.startswith("cuda"):
+            t_rd = device_ms(lambda: exact_outputs_fused(inp))
+            print(f"  kernels alone {t_rd:.3f} ms = {100 * floor_s * 1e3 / t_rd:.1f}% of the floor")
+        print(f"  (dx's two row sums as r mean(dn g x), r mean(|dn g x|) — one loop for all three row sums; "
+              f"table {mode}): {t_raw * 1e3:.3f} ms = {100 * floor_s / t_raw:.1f}% of the floor, compile {t_c1:.1f} s; "
+              f"{traffic(t_raw)})")
+        if a.profile and a.device.startswith("cuda"):
+            kernel_times(inp, a.device)
+    fast.FUSED_ROW_SUMS = "xhat"
     fast.FUSED_SIGMOID_TABLE = default_table         # below: as the harness
     if a.profile and a.device.startswith("cuda"):
         kernel_times(inp, a.device)
@@ -165,22 +227,45 @@ def main():
                  (True, True, 16, "evict_first", 128, True, {}), (True, True, 32, "", 64, True, {}),
                  (True, True, 8, "", None, True, {}), (True, True, 8, "", None, True, {"programs": 264}),
                  (True, True, 16, "", 128, False, {}), (True, True, 16, "evict_first", 128, False, {}))]
-        variants += [("loops", dict(rows_per_block=rb, chunk=ch, warps=nw, split=sp), tab)
-                     for rb, ch, nw, sp, tab in ((4, 512, 8, True, False), (4, 512, 8, True, True),
-                                                 (8, 256, 8, True, False), (8, 512, 8, True, False),
-                                                 (2, 1024, 8, True, False), (1, 2048, 8, True, False),
-                                                 (4, 256, 4, True, False), (8, 256, 8, False, False),
-                                                 (4, 512, 8, False, False), (16, 128, 8, True, False),
-                                                 (8, 128, 4, True, False), (4, 1024, 16, True, False))]
+        variants += [("stream", dict(rows_per_block=rb, chunk=ch, warps=nw, evict=ev), tab)
+                     for rb, ch, nw, tab, ev in ((16, 1024, 8, False, ""), (16, 1024, 8, True, ""),
+                                                 (16, 1024, 8, (True, False), ""), (16, 1024, 8, (False, True), ""),
+                                                 (16, 2048, 16, False, ""), (16, 512, 4, False, ""),
+                                                 (8, 1024, 8, False, ""), (32, 1024, 8, False, ""),
+                                                 (16, 1024, 8, False, "evict_first"),
+                                                 (16, 1024, 8, (True, False), "evict_first"),
+                                                 (64, 1024, 8, False, ""), (16, 4096, 16, False, ""),
+                                                 (16, 1024, 4, False, ""), (16, 256, 2, False, ""))] + \
+            [("stream", dict(rows_per_block=rb, chunk=ch, warps=nw, evict=ev, partials=pt), tab)
+             for rb, ch, nw, tab, ev, pt in ((16, 1024, 8, False, "evict_first", False),
+                                             (16, 1024, 8, True, "evict_first", False),
+                                             (16, 2048, 16, False, "evict_first", True),
+                                             (32, 1024, 8, False, "evict_first", True),
+                                             (16, 1024, 8, (False, True), "evict_first", True))]
+        variants += [("pair", dict(rows_per_block=rb, chunk=ch, warps=nw, partials=pt), tab)
+                     for rb, ch, nw, pt, tab in ((1, 1024, 8, False, False), (1, 2048, 16, False, False),
+                                                 (1, 512, 4, False, False), (1, 2048, 8, False, False),
+                                                 (1, 4096, 16, False, False), (4, 512, 8, True, False),
+                                                 (8, 512, 8, True, False), (8, 256, 8, True, False),
+                                                 (16, 256, 8, True, False), (8, 1024, 16, True, False),
+                                                 (4, 1024, 8, True, False), (16, 512, 16, True, False),
+                                                 (8, 512, 8, True, True), (8, 256, 4, True, False),
+                                                 (2, 1024, 8, True, False), (8, 128, 4, True, False))]
         variants = [v for v in variants if v[0] in a.layouts.split(",")]
         for layout, kw, tab in variants:
             if layout == "blocks":
                 rb, ch, nw = blocks_launch(a.tokens, a.hidden, kw.get("rows_per_block"), kw.get("chunk"), kw.get("warps"))
                 shape = (f"blocks of {rb} rows, {ch} columns a step, {nw} warps, second pass "
                          f"{'last chunk first' if kw.get('reverse', True) else 'in order'}")
-            elif layout == "loops":
-                shape = (f"light loops, {kw['rows_per_block']} rows x {kw['chunk']} columns, {kw['warps']} warps, "
-                         f"outputs in {'two loops' if kw['split'] else 'one loop'}")
+            elif layout == "pair":
+                shape = (f"Inductor-style pair of loops, {kw['rows_per_block']} rows x {kw['chunk']} columns, "
+                         f"{kw['warps']} warps"
+                         f"{'' if kw.get('partials', True) else ', NO dweight partials (timing diagnostic)'}")
+                rb = kw["rows_per_block"]
+            elif layout == "stream":
+                shape = (f"row stream, {kw['rows_per_block']} rows a program one at a time, {kw['chunk']} columns, "
+                         f"{kw['warps']} warps, stores {kw['evict'] or 'default'}"
+                         f"{'' if kw.get('partials', True) else ', NO dweight partials (timing diagnostic)'}")
                 rb = kw["rows_per_block"]
             elif layout == "rows":
                 hp, nprog, nw = rows_launch(a.tokens, a.hidden, inp.x.device, kw.get("programs"), kw.get("warps"))
@@ -196,15 +281,19 @@ def main():
                 print(f"exact_outputs_triton ({shape}): failed: {type(err).__name__}: {str(err)[:300]}")
                 continue
             t_tri = timed(run, a.device)
+            t_dev = device_ms(run) if a.device.startswith("cuda") else float("nan")
             vt, _ = run()
             agree = all(bool(torch.all((vt[k] - vf[k]).abs() <= 2 * bnd0[k] * gf[k] + 1e-300))
                         for k in ("y", "dx", "dgate", "dweight"))
             # blocks and strips read the inputs twice (blocks also write and read 2 partial rows a
             # block); rows reads them once
             tri_bytes = fused_bytes + (0 if layout == "rows" else 3 * n * esize) + \
-                (2 * 2 * 8 * n // rb if layout in ("blocks", "loops") else 0)
-            print(f"exact_outputs_triton ({shape}, sigmoid {'table' if tab and has_sigmoid_table(inp.gate.dtype) else 'exp'}): "
-                  f"{t_tri * 1e3:.3f} ms = {100 * floor_s / t_tri:.1f}% of the floor "
+                (2 * 2 * 8 * n // rb if layout in ("blocks", "stream", "pair") else 0)
+            sig = (f"sigmoid: sums {'table' if tab[0] else 'exp'}, outputs {'table' if tab[1] else 'exp'}"
+                   if isinstance(tab, tuple) else f"sigmoid {'table' if tab and has_sigmoid_table(inp.gate.dtype) else 'exp'}")
+            print(f"exact_outputs_triton ({shape}, {sig}): "
+                  f"{t_tri * 1e3:.3f} ms = {100 * floor_s / t_tri:.1f}% of the floor; kernels alone {t_dev:.3f} ms "
+                  f"= {100 * floor_s * 1e3 / t_dev:.1f}% "
                   f"(first call incl. JIT {t_c3:.1f} s; its own traffic {100 * tri_bytes / bw / t_tri:.0f}% "
                   f"of copy bandwidth; agrees with the fused pass: {agree})")
             del vt

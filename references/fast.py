@@ -91,6 +91,12 @@ def has_sigmoid_table(gate_dtype: torch.dtype) -> bool:
 # the row kernel, 0.66 ms; Inductor's coordinate-descent tuning, 0.65 ms.)
 FUSED_SIGMOID_TABLE = "columns"
 TABLE_MODES = ("off", "all", "columns")
+# How the fused pass writes the two row sums of dx (see _outputs_body): "xhat" or "raw". Measured on
+# the H200 (bench/RESULTS.md, run 11; 8192x4096 bf16, the table in the column sums): "raw" 0.616 ms
+# against 0.650 (11e), 0.597 ms of kernels against 0.613 (11g) — 2.5-5 %, within the spread between
+# runs, so the default stays as before.
+FUSED_ROW_SUMS = "xhat"
+ROW_SUM_MODES = ("xhat", "raw")
 
 
 # ---------------------------------------------------------------------------------- exact outputs
@@ -109,32 +115,40 @@ def _gate_sigmoids(gate_in, t, table):
 
 
 def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool, table_mode: str = "all",
-                  columns: bool = True):
+                  columns: bool = True, row_sums: str = "xhat"):
     """references.exact.exact_outputs, written as one graph (same formulas; the two sigmoids from a
     table of the gate dtype's values, or from one shared exp; with table_mode "columns" the table
-    only for the dweight column sums)."""
+    only for the dweight column sums). row_sums "raw": the dx projection mean(dxhat xhat) and its
+    gauge's mean(a |xhat|) as r mean(dn g x) and r mean(|dn g x|) — sums of the inputs' products,
+    independent of r, so that Inductor takes all three row sums in one loop (as
+    references/triton_reference.py does)."""
     f64 = torch.float64
     x = x_in.to(f64)
     w = w_in.to(f64)
     g = w + 1 if zc else w
-    r = torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
-    xhat = x * r
     t = gate_in.to(f64)
     dy = dy_in.to(f64)
     s, one_minus_s = _gate_sigmoids(gate_in, t, table if table_mode == "all" else None)
     silu = t * s
+    dn = dy * silu
+    dxhat = dn * g
+    r = torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
+    xhat = x * r
+    if row_sums == "raw":
+        u = dxhat * x
+        c, q = r * u.mean(-1, keepdim=True), r * u.abs().mean(-1, keepdim=True)
+    else:
+        c = (dxhat * xhat).mean(-1, keepdim=True)
+        q = None
     dsilu = s * (1 + t * one_minus_s)
     dsilu_abs = s * (1 + t.abs() * one_minus_s)
     n = xhat * g
-    dn = dy * silu
     # rmsnorm_backward
-    dxhat = dn * g
-    dx = r * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
+    dx = r * (dxhat - xhat * c)
     if not columns:      # the dweight column sums left to another kernel: each row's rsqrt for it
-        dn_abs = dn.abs()
-        a = dn_abs * g.abs()
+        a = dn.abs() * g.abs()
         xa = xhat.abs()
-        dx_g = r * (a + xa * (a * xa).mean(-1, keepdim=True))
+        dx_g = r * (a + xa * (q if q is not None else (a * xa).mean(-1, keepdim=True)))
         y = n * silu
         return y, dy * n * dsilu, dx, (dy * n).abs() * dsilu_abs, dx_g, r
     h = dn.shape[-1]
@@ -145,7 +159,7 @@ def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool, table
     dn_abs = dn.abs()
     a = dn_abs * g.abs()
     xa = xhat.abs()
-    dx_g = r * (a + xa * (a * xa).mean(-1, keepdim=True))
+    dx_g = r * (a + xa * (q if q is not None else (a * xa).mean(-1, keepdim=True)))
     dw_g = (dn_col.abs() * xa).reshape(-1, h).sum(0)
     y = n * silu
     dgate = dy * n * dsilu
@@ -170,17 +184,18 @@ def _key(inp: Inputs):
             str(inp.x.device), float(inp.eps), bool(inp.zero_centered_gamma))
 
 
-def _compiled_outputs(key, table_mode: str = "off", columns: bool = True):
-    fn = _COMPILED.get(("outputs", table_mode, columns) + key)
+def _compiled_outputs(key, table_mode: str = "off", columns: bool = True, row_sums: str | None = None):
+    row_sums = row_sums or FUSED_ROW_SUMS
+    fn = _COMPILED.get(("outputs", table_mode, columns, row_sums) + key)
     if fn is None:
         _raise_recompile_limit()
         eps, zc = key[-2], key[-1]
 
         def body(x, gate, w, dy, table):
-            return _outputs_body(x, gate, w, dy, table, eps, zc, table_mode, columns)
+            return _outputs_body(x, gate, w, dy, table, eps, zc, table_mode, columns, row_sums)
 
         fn = torch.compile(body, dynamic=False, fullgraph=True, options=_inductor_options())
-        _COMPILED[("outputs", table_mode, columns) + key] = fn
+        _COMPILED[("outputs", table_mode, columns, row_sums) + key] = fn
     return fn
 
 

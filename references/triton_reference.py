@@ -1,22 +1,32 @@
-"""The exact (float64) reference in hand-written Triton kernels: measured slower than Inductor's
-fused pass (references/fast.py), so used only by bench/bench_reference.py --triton.
+"""The exact (float64) reference in hand-written Triton kernels: none beats Inductor's fused pass
+(references/fast.py) as a whole, so all are used only by bench/bench_reference.py --triton.
 
-Two layouts. "blocks": one kernel, one program per block of RB whole rows, CH columns at a time
-in two passes — the row sums (of x^2, of u = dy silu gam x and of |u|: the rsqrt, the dx
-projection and its gauge), then every output written once (the values of y, dx, dgate, the gauges
-of dx, dgate, float64) and the block's dweight terms summed over its rows into a partial row.
-"strips": a row-sums kernel, then a pass over column strips of 256 rows that sums dweight down
-the strip. Partial rows are summed in a fixed order at the end (deterministic, no atomics).
+Layouts of `exact_outputs_triton` (each writes the values of y, dx, dgate and the gauges of dx,
+dgate in float64, and sums dweight into partial rows added up in a fixed order — deterministic, no
+atomics):
+* "blocks": RB whole rows a program, CH columns a step, two passes (the row sums of x^2, of
+  u = dy silu gam x and of |u|, which give the rsqrt, the dx projection and its gauge; then the
+  outputs), the dweight terms summed over the block's rows into one partial row a block;
+* "strips": a row-sums kernel, then column strips of 256 rows summing dweight down the strip;
+* "rows": persistent programs holding a whole row (only its raw 16-bit inputs kept over the sums,
+  the next row's prefetched, dweight accumulated in registers);
+* "stream": RB rows a program one at a time in 1-D tiles, dweight added into the program's
+  partial row by the thread owning each element;
+* "pair": Inductor's own way of writing the row kernel (two loops, [XB, RBLK] tiles), as a
+  check that hand-written code is not what is slow.
+`column_sums_triton` is dweight alone, from each row's rsqrt: with Inductor's row graph without
+its column sums (fast._compiled_outputs(columns=False)) it is the best complete pass measured.
 
-On the H200, 8192x4096 bf16 (bench/RESULTS.md, run 10): Inductor's pass 0.63-0.65 ms; strips
-0.90-1.01 ms; blocks 0.94-2.55 ms by launch shape (the default below is the best measured); a
-first one-pass kernel over whole rows held in registers (dweight accumulated per program)
-1.3-7.6 ms, removed: float64 registers for a 4096 row leave too few warps in flight.
+On the H200, 8192x4096 bf16 (bench/RESULTS.md, runs 10-11; floor 0.25 ms): Inductor's pass
+0.61-0.66 ms; Inductor's row graph + column_sums_triton 0.58-0.59 ms; stream 0.64-1.06, rows
+0.69-1.95, blocks 0.94-2.55, strips 0.90-1.01, pair with dweight 1.0-2.7. The five float64 outputs
+alone take 0.43-0.48 ms whichever kernel writes them; dweight adds 0.13-0.17 ms however it is placed.
 
 The closed forms are references.exact's, with fast.py's sigmoid table of a 16-bit gate (or its
 shared exp for sigmoid(t) and sigmoid(-t)), so the values agree with the eager ones within
 float64_error_bound * gauge (tests check it, in Triton's interpreter on the CPU and on CUDA). eps
-travels as a float64 tensor: a Python float argument would be a float32 scalar in Triton."""
+travels as a float64 tensor (or a float64 constant): a Python float argument would be a float32
+scalar in Triton."""
 from __future__ import annotations
 
 import torch
@@ -256,96 +266,6 @@ if triton is not None:
 
 
     @triton.jit
-    def _row_loops(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
-                   y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
-                   T, H, ZC: tl.constexpr, RB: tl.constexpr, CH: tl.constexpr, TAB: tl.constexpr,
-                   SPLIT: tl.constexpr):
-        """RB rows, CH columns at a time, in light loops as Inductor writes its row kernel (each
-        loop reloads the inputs, from L2): the sum of x^2; the sums of u and |u|; the outputs (with
-        SPLIT: y, dgate and its gauge, then dx, its gauge and the block's dweight terms, in two
-        loops). The dweight terms summed over the block's rows, one partial row per block."""
-        rows = tl.program_id(0) * RB + tl.arange(0, RB)
-        rm = rows < T
-        base = rows.to(tl.int64)[:, None] * H
-        acc_xx = tl.zeros([RB, CH], dtype=tl.float64)
-        for j in range(0, H, CH):
-            cols = j + tl.arange(0, CH)
-            m = rm[:, None] & (cols < H)[None, :]
-            x = tl.load(x_ptr + base + cols[None, :], mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
-            acc_xx += x * x
-        eps = tl.load(eps_ptr)
-        r = (1.0 / tl.sqrt(tl.sum(acc_xx, axis=1) / H + eps))[:, None]     # fp64 sqrt: sqrt.rn.f64
-        acc_u = tl.zeros([RB, CH], dtype=tl.float64)
-        acc_ua = tl.zeros([RB, CH], dtype=tl.float64)
-        for j in range(0, H, CH):
-            cols = j + tl.arange(0, CH)
-            m = rm[:, None] & (cols < H)[None, :]
-            off = base + cols[None, :]
-            x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
-            graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy="evict_last")
-            t = graw.to(tl.float64)
-            dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
-            w = tl.load(w_ptr + cols, mask=cols < H, other=0).to(tl.float64)
-            gam = (w + 1.0 if ZC else w)[None, :]
-            s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
-            _, u, ua = _row_sum_terms(x, t, dy, gam, s)
-            acc_u += u
-            acc_ua += ua
-        c = r * (tl.sum(acc_u, axis=1) / H)[:, None]
-        q = r * (tl.sum(acc_ua, axis=1) / H)[:, None]
-        part = tl.program_id(0).to(tl.int64) * H
-        if SPLIT:
-            for j in range(0, H, CH):
-                cols = j + tl.arange(0, CH)
-                m = rm[:, None] & (cols < H)[None, :]
-                off = base + cols[None, :]
-                x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
-                graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy="evict_last")
-                t = graw.to(tl.float64)
-                dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
-                w = tl.load(w_ptr + cols, mask=cols < H, other=0).to(tl.float64)
-                gam = (w + 1.0 if ZC else w)[None, :]
-                s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
-                n = x * r * gam
-                dyn = dy * n
-                tl.store(y_ptr + off, n * (t * s), mask=m)
-                tl.store(dgate_ptr + off, dyn * (s * (1.0 + t * oms)), mask=m)
-                tl.store(dgate_g_ptr + off, tl.abs(dyn) * (s * (1.0 + tl.abs(t) * oms)), mask=m)
-            for j in range(0, H, CH):
-                cols = j + tl.arange(0, CH)
-                cm = cols < H
-                m = rm[:, None] & cm[None, :]
-                off = base + cols[None, :]
-                x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy="evict_first").to(tl.float64)
-                graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy="evict_first")
-                t = graw.to(tl.float64)
-                dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy="evict_first").to(tl.float64)
-                w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
-                gam = (w + 1.0 if ZC else w)[None, :]
-                s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
-                xhat = x * r
-                dn = dy * (t * s)
-                xa = tl.abs(xhat)
-                tl.store(dx_ptr + off, r * (dn * gam - xhat * c), mask=m)
-                tl.store(dx_g_ptr + off, r * (tl.abs(dn) * tl.abs(gam) + xa * q), mask=m)
-                tl.store(dw_part_ptr + part + cols, tl.sum(tl.where(m, dn * xhat, 0.0), axis=0), mask=cm)
-                tl.store(dwg_part_ptr + part + cols, tl.sum(tl.where(m, tl.abs(dn) * xa, 0.0), axis=0), mask=cm)
-        else:
-            for j in range(0, H, CH):
-                cols = j + tl.arange(0, CH)
-                cm = cols < H
-                m = rm[:, None] & cm[None, :]
-                off = base + cols[None, :]
-                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m)
-                w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
-                gam = (w + 1.0 if ZC else w)[None, :]
-                s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
-                dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
-                                             x, t, dy, gam, s, oms, r, c, q, "")
-                tl.store(dw_part_ptr + part + cols, tl.sum(dw_t, axis=0), mask=cm)
-                tl.store(dwg_part_ptr + part + cols, tl.sum(dwg_t, axis=0), mask=cm)
-
-    @triton.jit
     def _col_sums(x_ptr, g_ptr, dy_ptr, tab_ptr, r_ptr, dw_part_ptr, dwg_part_ptr, T, H,
                   ROWS: tl.constexpr, RB: tl.constexpr, BN: tl.constexpr, TAB: tl.constexpr):
         """The dweight terms and their gauge terms summed down a strip of ROWS rows and BN columns
@@ -357,7 +277,7 @@ if triton is not None:
         first = tl.program_id(1) * ROWS
         for i in range(0, ROWS, RB):
             rows = first + i + tl.arange(0, RB)
-            rm = rows < T
+            rm = (rows < T) & (i + tl.arange(0, RB) < ROWS)     # a step may pass the strip's end
             m = rm[:, None] & cm[None, :]
             off = rows.to(tl.int64)[:, None] * H + cols[None, :]
             x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m)
@@ -372,7 +292,131 @@ if triton is not None:
         tl.store(dwg_part_ptr + part + cols, tl.sum(acc_g, axis=0), mask=cm)
 
 
-LAYOUTS = ("blocks", "strips", "rows", "loops")
+    @triton.jit
+    def _row_stream(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
+                    y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
+                    T, H: tl.constexpr, ZC: tl.constexpr, RB: tl.constexpr, CH: tl.constexpr, TAB1: tl.constexpr,
+                    TAB2: tl.constexpr, EV: tl.constexpr, PART: tl.constexpr):
+        """RB rows a program, one row at a time in CH-column steps of one-dimensional tiles (few
+        registers a thread, many programs an SM, as Inductor's row kernel): the row's three sums,
+        then its outputs (the inputs again, from L2), the dweight terms added into the program's
+        partial row (each element loaded and stored by the one thread that owns it, in program
+        order). TAB1, TAB2: sigmoid from the table in the sums' / the outputs' loop. H is a
+        compile-time constant (as in Inductor's kernels: known trip counts and masks). PART False
+        leaves the partial rows out: a timing diagnostic only (dweight then wrong)."""
+        pid = tl.program_id(0)
+        eps = tl.load(eps_ptr)
+        part = pid.to(tl.int64) * H
+        for i in range(RB):
+            row = pid * RB + i
+            live = row < T
+            base = row.to(tl.int64) * H
+            acc_xx = tl.zeros([CH], dtype=tl.float64)
+            acc_u = tl.zeros([CH], dtype=tl.float64)
+            acc_ua = tl.zeros([CH], dtype=tl.float64)
+            for j in range(0, H, CH):
+                cols = j + tl.arange(0, CH)
+                cm = cols < H
+                m = cm & live
+                off = base + cols
+                x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
+                graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy="evict_last")
+                t = graw.to(tl.float64)
+                dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
+                w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
+                gam = w + 1.0 if ZC else w
+                s, _ = _silu_parts(graw, t, tab_ptr, m, TAB1)
+                xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
+                acc_xx += xx
+                acc_u += u
+                acc_ua += ua
+            r = 1.0 / tl.sqrt(tl.sum(acc_xx, axis=0) / H + eps)     # fp64 sqrt: sqrt.rn.f64
+            c = r * (tl.sum(acc_u, axis=0) / H)
+            q = r * (tl.sum(acc_ua, axis=0) / H)
+            for j in range(0, H, CH):
+                cols = j + tl.arange(0, CH)
+                cm = cols < H
+                m = cm & live
+                off = base + cols
+                x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy="evict_first").to(tl.float64)
+                graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy="evict_first")
+                t = graw.to(tl.float64)
+                dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy="evict_first").to(tl.float64)
+                w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
+                gam = w + 1.0 if ZC else w
+                s, oms = _silu_parts(graw, t, tab_ptr, m, TAB2)
+                dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
+                                             x, t, dy, gam, s, oms, r, c, q, EV)
+                if PART:     # the first row starts the partial row (nothing to load)
+                    _add_partial(dw_part_ptr + part, dwg_part_ptr + part, cols, cm, i > 0, dw_t, dwg_t)
+
+    @triton.jit
+    def _add_partial(dw_ptr, dwg_ptr, cols, cm, add, dw_t, dwg_t):
+        pm = cm & add
+        dw_old = tl.load(dw_ptr + cols, mask=pm, other=0.0)
+        dwg_old = tl.load(dwg_ptr + cols, mask=pm, other=0.0)
+        tl.store(dw_ptr + cols, dw_old + dw_t, mask=cm)
+        tl.store(dwg_ptr + cols, dwg_old + dwg_t, mask=cm)
+
+
+    @triton.jit
+    def _row_pair(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr,
+                  y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
+                  T, H: tl.constexpr, EPS: tl.constexpr, ZC: tl.constexpr, XB: tl.constexpr, RBLK: tl.constexpr,
+                  TAB: tl.constexpr, PART: tl.constexpr, WIDE: tl.constexpr):
+        """Written as Inductor writes its row kernel for the same closed forms (run 11e, the "raw"
+        row sums): XB rows a program in [XB, RBLK] tiles, two loops — the three row sums, then the
+        five outputs — int32 offsets unless WIDE, loads through float32,
+        the first loop's loads kept in L2 for the second. PART: the dweight terms of each tile
+        summed over its XB rows into the program's partial row (else left out: a timing
+        diagnostic only)."""
+        rows = tl.program_id(0) * XB + tl.arange(0, XB)[:, None]
+        rmask = rows < T
+        rbase = (rows.to(tl.int64) if WIDE else rows) * H
+        cbase = tl.arange(0, RBLK)[None, :]
+        acc_xx = tl.full([XB, RBLK], 0, tl.float64)
+        acc_u = tl.full([XB, RBLK], 0, tl.float64)
+        acc_ua = tl.full([XB, RBLK], 0, tl.float64)
+        for j in tl.range(0, H, RBLK):
+            cols = j + cbase
+            m = (cols < H) & rmask
+            x = tl.load(x_ptr + (cols + rbase), m, eviction_policy="evict_last", other=0.0).to(tl.float32).to(tl.float64)
+            graw = tl.load(g_ptr + (cols + rbase), m, eviction_policy="evict_last", other=0.0)
+            dy = tl.load(dy_ptr + (cols + rbase), m, eviction_policy="evict_last", other=0.0).to(tl.float32).to(tl.float64)
+            w = tl.load(w_ptr + cols, cols < H, eviction_policy="evict_last", other=0.0).to(tl.float32).to(tl.float64)
+            t = graw.to(tl.float32).to(tl.float64)
+            gam = w + 1.0 if ZC else w
+            s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
+            u = dy * (t * s) * gam * x
+            acc_xx = tl.where(m, acc_xx + x * x, acc_xx)
+            acc_u = tl.where(m, acc_u + u, acc_u)
+            acc_ua = tl.where(m, acc_ua + tl.abs(u), acc_ua)
+        # a float constexpr would enter as a float32: EPS as a float64 constant, as Inductor writes it
+        r = 1.0 / tl.sqrt(tl.sum(acc_xx, 1)[:, None] / H + tl.full([1, 1], EPS, tl.float64))   # once a row
+        c = r * (tl.sum(acc_u, 1)[:, None] / H)
+        q = r * (tl.sum(acc_ua, 1)[:, None] / H)
+        part = tl.program_id(0).to(tl.int64) * H
+        for j in tl.range(0, H, RBLK):
+            cols = j + cbase
+            cm = cols < H
+            m = cm & rmask
+            off = cols + rbase
+            x = tl.load(x_ptr + off, m, eviction_policy="evict_first", other=0.0).to(tl.float32).to(tl.float64)
+            w = tl.load(w_ptr + cols, cm, eviction_policy="evict_last", other=0.0).to(tl.float32).to(tl.float64)
+            graw = tl.load(g_ptr + off, m, eviction_policy="evict_first", other=0.0)
+            dy = tl.load(dy_ptr + off, m, eviction_policy="evict_first", other=0.0).to(tl.float32).to(tl.float64)
+            t = graw.to(tl.float32).to(tl.float64)
+            gam = w + 1.0 if ZC else w
+            s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
+            dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
+                                         x, t, dy, gam, s, oms, r, c, q, "")
+            if PART:
+                cols1 = j + tl.arange(0, RBLK)
+                tl.store(dw_part_ptr + part + cols1, tl.sum(dw_t, 0), mask=cols1 < H)
+                tl.store(dwg_part_ptr + part + cols1, tl.sum(dwg_t, 0), mask=cols1 < H)
+
+
+LAYOUTS = ("blocks", "strips", "rows", "stream", "pair")
 
 
 def blocks_launch(tokens: int, hidden: int, rows_per_block: int | None = None, chunk: int | None = None,
@@ -411,7 +455,8 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
                          rows_per_block: int | None = None, chunk: int | None = None, warps: int | None = None,
                          reverse: bool = True, rows: int | None = None, strip: int | None = None,
                          programs: int | None = None, prefetch: bool = True, reconvert: bool = False,
-                         evict: str = "", maxnreg: int | None = None, split: bool = True
+                         evict: str = "", maxnreg: int | None = None,
+                         partials: bool = True
                          ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Values of y, dx, dgate, dweight and gauges of dx, dgate, dweight, as exact_outputs_fused (n,
     dn and the |value| gauges on first use). layout "blocks": one kernel over blocks of whole rows
@@ -429,9 +474,9 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
     f64 = dict(dtype=torch.float64, device=dev)
     w = inp.weight.contiguous()
     zc = bool(inp.zero_centered_gamma)
-    use_tab = table and has_sigmoid_table(g.dtype)
+    use_tab = bool(table) and has_sigmoid_table(g.dtype)
     tab = sigmoid_table(g.dtype, dev) if use_tab else torch.zeros(2, **f64)
-    eps = torch.tensor([inp.eps], **f64)
+    eps = torch.full((1,), float(inp.eps), **f64)      # a fill: no host-to-device copy, which would sync
     y, dgate, dx, dgate_g, dx_g = (torch.empty((tokens, hidden), **f64) for _ in range(5))
     if layout == "blocks":
         rb, ch, nw = blocks_launch(tokens, hidden, rows_per_block, chunk, warps)
@@ -439,14 +484,26 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
         _row_blocks[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
                                tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB=use_tab, REV=reverse, num_warps=nw)
-    elif layout == "loops":
-        rb = rows_per_block or 4
+    elif layout == "pair":
+        rb = rows_per_block or 8
         ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 512)
         nw = warps or 8
         blocks = -(-tokens // rb)
         dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
-        _row_loops[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
-                              tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB=use_tab, SPLIT=split, num_warps=nw)
+        _row_pair[(blocks,)](x, g, dy, w, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
+                             tokens, hidden, EPS=float(inp.eps), ZC=zc, XB=rb, RBLK=ch, TAB=use_tab, PART=partials,
+                             WIDE=(blocks * rb + 1) * hidden >= 2 ** 31, num_warps=nw)
+    elif layout == "stream":
+        rb = rows_per_block or 16
+        ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 1024)
+        nw = warps or max(1, min(16, ch // 128))
+        blocks = -(-tokens // rb)
+        dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
+        tab1, tab2 = (table, table) if isinstance(table, bool) else table
+        tab1, tab2 = tab1 and use_tab, tab2 and use_tab
+        _row_stream[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
+                               tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB1=tab1, TAB2=tab2, EV=evict,
+                               PART=partials, num_warps=nw)
     elif layout == "rows":
         hp, nprog, nw = rows_launch(tokens, hidden, dev, programs, warps)
         dw_part, dwg_part = torch.empty((nprog, hidden), **f64), torch.empty((nprog, hidden), **f64)

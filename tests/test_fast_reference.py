@@ -172,3 +172,43 @@ def test_fused_table_setting_must_be_a_mode(monkeypatch):
     monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", True)
     with pytest.raises(ValueError, match="FUSED_SIGMOID_TABLE"):
         fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
+
+
+@pytest.mark.parametrize("columns", [True, False])
+@pytest.mark.parametrize("row_sums", ["xhat", "raw"])
+@pytest.mark.parametrize("case", [((3, 19), torch.bfloat16, False, (3.0, 0.0)), ((2, 3, 96), torch.float16, True, (1.0, -3.0)),
+                                  ((4, 127), torch.float32, False, (2.0, 4.0)), ((2, 40), torch.bfloat16, True, (1.0, -40.0))])
+def test_fused_body_row_sum_forms_match_exact_outputs(case, row_sums, columns):
+    """Both ways of writing dx's row sums (mean(dxhat xhat), or r mean(dn g x) — one loop for
+    Inductor), with and without the dweight column sums in the graph, eagerly: within the bound."""
+    from references.fast import _outputs_body
+    shape, dtype, zc, (scale, shift) = case
+    inp = make_inputs(shape, dtype, zc, gate_scale=scale, gate_shift=shift, seed=3)
+    v, g = exact_outputs(inp)
+    bound = float64_error_bound(inp)
+    out = _outputs_body(inp.x, inp.gate, inp.weight, inp.dy, None, inp.eps, zc, "off", columns, row_sums)
+    got = dict(zip(("y", "dgate", "dx"), out[:3]))
+    # with the column sums: y, dgate, dx, dweight, dgate_g, dx_g, dw_g; without: y, dgate, dx, dgate_g, dx_g, r
+    gauges = {"dgate": out[4], "dx": out[5]} if columns else {"dgate": out[3], "dx": out[4]}
+    if columns:
+        got["dweight"], gauges["dweight"] = out[3], out[6]
+    else:
+        x = inp.x.double()
+        assert torch.equal(out[5], torch.rsqrt((x * x).mean(-1, keepdim=True) + inp.eps))
+    for k, val in got.items():
+        assert torch.all((val - v[k]).abs() <= bound[k] * g[k] + 1e-300), k
+    for k, gauge in gauges.items():
+        assert torch.all((gauge - g[k]).abs() <= bound[k] * g[k] + 1e-300), k
+
+
+def test_fused_pass_with_raw_row_sums_matches_exact_outputs(monkeypatch):
+    from references import fast
+    monkeypatch.setattr(fast, "FUSED_ROW_SUMS", "raw")
+    inp = make_inputs((3, 96), torch.bfloat16, True, gate_scale=6.0, gate_shift=-2.0, seed=5)
+    v, g = exact_outputs(inp)
+    vf, gf = fast.exact_outputs_fused(inp)
+    assert fast._key(inp) not in fast._FAILED and any(k[3] == "raw" for k in fast._COMPILED if k[0] == "outputs")
+    bound = float64_error_bound(inp)
+    for k in ("y", "dx", "dgate", "dweight"):
+        assert torch.all((vf[k] - v[k]).abs() <= bound[k] * g[k] + 1e-300), k
+        assert torch.all((gf[k] - g[k]).abs() <= bound[k] * g[k] + 1e-300), k

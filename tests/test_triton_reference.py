@@ -34,17 +34,20 @@ def check_all(device: str) -> None:
            [(c, {"layout": "strips", "table": True}) for c in CASES] + \
            [(c, {"layout": "strips", "rows": 3, "strip": 16}) for c in CASES] + \
            [(c, {"layout": "rows", "programs": 3, "table": True}) for c in CASES] + \
-           [(c, {"layout": "loops", "rows_per_block": 4, "chunk": 16, "table": True}) for c in CASES] + \
-           [(c, {"layout": "loops", "rows_per_block": 2, "chunk": 32, "split": False}) for c in CASES] + \
+           [(c, {"layout": "stream", "rows_per_block": 4, "chunk": 16, "warps": 1, "table": (True, False)})
+            for c in CASES] + \
+           [(c, {"layout": "stream", "rows_per_block": 3, "table": (False, True)}) for c in CASES] + \
+           [(c, {"layout": "pair", "rows_per_block": 4, "chunk": 16, "warps": 1, "table": True}) for c in CASES] + \
+           [(c, {"layout": "pair", "rows_per_block": 2}) for c in CASES] + \
            [(c, {"layout": "rows", "programs": 2, "prefetch": False}) for c in CASES] + \
            [(c, {"layout": "rows", "programs": 4, "reconvert": True, "table": True}) for c in CASES
             if device == "cuda"]      # inline PTX: not in the interpreter
-    for (shape, dtype, zc, eps, shift), split in runs:
+    for (shape, dtype, zc, eps, shift), kw in runs:
         inp = make_inputs(shape, dtype, zc, gate_shift=shift, eps=eps, seed=len(shape)).to(device)
         v, g = exact_outputs(inp)
         # blocks of 4 rows x 16-column steps: many steps, partial blocks and steps; strips of 3 rows
         # x 16 columns: many strips, partial blocks
-        vt, gt = exact_outputs_triton(inp, **split)
+        vt, gt = exact_outputs_triton(inp, **kw)
         b = float64_error_bound(inp)
         for k in v:
             assert vt[k].shape == v[k].shape and vt[k].dtype == torch.float64, (shape, k)
@@ -53,6 +56,21 @@ def check_all(device: str) -> None:
             tol = b[k] * g[k][ok] + 1e-300
             assert torch.all((vt[k][ok] - v[k][ok]).abs() <= tol), (shape, k)
             assert torch.all((gt[k][ok] - g[k][ok]).abs() <= tol), (shape, k)
+    # the hybrid's column-sum kernel: dweight and its gauge from each row's rsqrt
+    from references.triton_reference import column_sums_triton
+    for (shape, dtype, zc, eps, shift) in CASES:
+        inp = make_inputs(shape, dtype, zc, gate_shift=shift, eps=eps, seed=len(shape)).to(device)
+        v, g = exact_outputs(inp)
+        x = inp.x.double().reshape(-1, shape[-1])
+        r = torch.rsqrt((x * x).mean(-1) + inp.eps)
+        b = float64_error_bound(inp)["dweight"]
+        for table, rows in ((True, 8), (False, 3)):      # several strips, a partial last one
+            dw, dwg = column_sums_triton(inp, r, table=table, rows=rows, rb=2, bn=16, warps=1)
+            ok = ~v["dweight"].isnan()
+            assert torch.equal(dw.isnan(), ~ok), shape
+            tol = b * g["dweight"][ok] + 1e-300
+            assert torch.all((dw[ok] - v["dweight"][ok]).abs() <= tol), shape
+            assert torch.all((dwg[ok] - g["dweight"][ok]).abs() <= tol), shape
 
 
 def test_triton_reference_matches_exact_outputs():
@@ -67,7 +85,7 @@ def test_triton_reference_matches_exact_outputs():
     assert p.returncode == 0 and "OK" in p.stdout, p.stdout[-2000:] + p.stderr[-4000:]
 
 
-def test_triton_reference_layout_must_be_blocks_or_strips():
+def test_triton_reference_layout_must_be_one_of_the_layouts():
     pytest.importorskip("triton")
     from references.triton_reference import exact_outputs_triton
     with pytest.raises(ValueError, match="layout 'tiles'"):
