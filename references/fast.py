@@ -93,8 +93,8 @@ FUSED_SIGMOID_TABLE = "columns"
 TABLE_MODES = ("off", "all", "columns")
 # How the fused pass writes the two row sums of dx (see _outputs_body): "xhat" or "raw". Measured on
 # the H200 (bench/RESULTS.md, run 11; 8192x4096 bf16, the table in the column sums): "raw" 0.616 ms
-# against 0.650 (11e), 0.597 ms of kernels against 0.613 (11g) — 2.5-5 %, within the spread between
-# runs, so the default stays as before.
+# against 0.650 (11e), 0.597 and 0.599 ms of kernels against 0.613 and 0.619 (11g, 11h): 2.5-5 %
+# faster each time, but not yet run through a GPU sweep, so the default stays as before.
 FUSED_ROW_SUMS = "xhat"
 ROW_SUM_MODES = ("xhat", "raw")
 
