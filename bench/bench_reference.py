@@ -82,6 +82,9 @@ def hybrid(inp, dev, floor_s, vf, gf, bnd0):
     """Inductor's row kernel without the dweight column sums (each row's rsqrt out instead), then
     the column sums in the hand-written Triton kernel: each alone and together."""
     from references.triton_reference import column_sums_triton
+    if not dev.startswith("cuda"):
+        print("hybrid: CUDA only (streams, Inductor's GPU kernels)")
+        return
     args = (inp.x, inp.gate, inp.weight, inp.dy, None)
     for rs in ("xhat", "raw"):
         rows_fn = fast._compiled_outputs(fast._key(inp), "off", columns=False, row_sums=rs)
@@ -89,7 +92,7 @@ def hybrid(inp, dev, floor_s, vf, gf, bnd0):
         t_rows = timed(lambda: rows_fn(*args), dev)
         print(f"hybrid: Inductor's row graph without the column sums, row sums {rs}: {t_rows * 1e3:.3f} ms "
               f"(compile {t_c:.1f} s)")
-    r = rows_fn(*args)[-1]
+    r = rows_fn(*args)[-1]     # below: the "raw" row graph (the last of the loop)
     eps = inp.eps
     r_fn = torch.compile(lambda x: torch.rsqrt((x.to(torch.float64) ** 2).mean(-1) + eps), dynamic=False)
     r_fn(inp.x)
@@ -189,19 +192,21 @@ def main():
         print(f"  (the pass above computes sigmoid with an exp per element; reading it from a table of the "
               f"{a.dtype} gate's 65536 values {where}: {t_tab * 1e3:.3f} ms = {100 * floor_s / t_tab:.1f}% "
               f"of the floor, compile {t_c0:.1f} s; {traffic(t_tab)})")
+    default_row_sums = fast.FUSED_ROW_SUMS
     for mode in ("off", "columns") if has_sigmoid_table(inp.gate.dtype) else ("off",):
         fast.FUSED_SIGMOID_TABLE, fast.FUSED_ROW_SUMS = mode, "raw"   # dx's row sums from the raw products
         _, t_c1 = once(lambda: exact_outputs_fused(inp), a.device)
         t_raw = timed(lambda: exact_outputs_fused(inp), a.device)
         if a.device.startswith("cuda"):
             t_rd = device_ms(lambda: exact_outputs_fused(inp))
-            print(f"  kernels alone {t_rd:.3f} ms = {100 * floor_s * 1e3 / t_rd:.1f}% of the floor")
+            print(f"  raw row sums, table {mode}: kernels alone {t_rd:.3f} ms = {100 * floor_s * 1e3 / t_rd:.1f}% "
+                  f"of the floor")
         print(f"  (dx's two row sums as r mean(dn g x), r mean(|dn g x|) — one loop for all three row sums; "
               f"table {mode}): {t_raw * 1e3:.3f} ms = {100 * floor_s / t_raw:.1f}% of the floor, compile {t_c1:.1f} s; "
               f"{traffic(t_raw)})")
         if a.profile and a.device.startswith("cuda"):
             kernel_times(inp, a.device)
-    fast.FUSED_ROW_SUMS = "xhat"
+    fast.FUSED_ROW_SUMS = default_row_sums
     fast.FUSED_SIGMOID_TABLE = default_table         # below: as the harness
     if a.profile and a.device.startswith("cuda"):
         kernel_times(inp, a.device)
@@ -282,14 +287,17 @@ def main():
                 continue
             t_tri = timed(run, a.device)
             t_dev = device_ms(run) if a.device.startswith("cuda") else float("nan")
-            vt, _ = run()
+            # outputs poisoned with NaN for the check: a fresh torch.empty may reuse the previous
+            # variant's block, whose correct values would hide elements this one never wrote
+            vt, _ = exact_outputs_triton(inp, layout=layout, table=tab, poison=True, **kw)
             agree = all(bool(torch.all((vt[k] - vf[k]).abs() <= 2 * bnd0[k] * gf[k] + 1e-300))
                         for k in ("y", "dx", "dgate", "dweight"))
             # blocks and strips read the inputs twice (blocks also write and read 2 partial rows a
             # block); rows reads them once
             tri_bytes = fused_bytes + (0 if layout == "rows" else 3 * n * esize) + \
-                (2 * 2 * 8 * n // rb if layout in ("blocks", "stream", "pair") else 0)
-            sig = (f"sigmoid: sums {'table' if tab[0] else 'exp'}, outputs {'table' if tab[1] else 'exp'}"
+                (2 * 2 * 8 * n // rb if layout in ("blocks", "stream", "pair") and kw.get("partials", True) else 0)
+            has = has_sigmoid_table(inp.gate.dtype)
+            sig = (f"sigmoid: sums {'table' if tab[0] and has else 'exp'}, outputs {'table' if tab[1] and has else 'exp'}"
                    if isinstance(tab, tuple) else f"sigmoid {'table' if tab and has_sigmoid_table(inp.gate.dtype) else 'exp'}")
             print(f"exact_outputs_triton ({shape}, {sig}): "
                   f"{t_tri * 1e3:.3f} ms = {100 * floor_s / t_tri:.1f}% of the floor; kernels alone {t_dev:.3f} ms "

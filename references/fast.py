@@ -92,9 +92,9 @@ def has_sigmoid_table(gate_dtype: torch.dtype) -> bool:
 FUSED_SIGMOID_TABLE = "columns"
 TABLE_MODES = ("off", "all", "columns")
 # How the fused pass writes the two row sums of dx (see _outputs_body): "xhat" or "raw". Measured on
-# the H200 (bench/RESULTS.md, run 11; 8192x4096 bf16, the table in the column sums): "raw" 0.616 ms
-# against 0.650 (11e), 0.597 and 0.599 ms of kernels against 0.613 and 0.619 (11g, 11h): 2.5-5 %
-# faster each time, but not yet run through a GPU sweep, so the default stays as before.
+# the H200 (bench/RESULTS.md, run 11; 8192x4096 bf16, the table in the column sums): "raw" 5-6 %
+# faster by wall time in three calls and even in a fourth, 2.6-3.2 % by kernel time in two; not yet
+# run through a GPU sweep, so the default stays as before.
 FUSED_ROW_SUMS = "xhat"
 ROW_SUM_MODES = ("xhat", "raw")
 
@@ -186,6 +186,8 @@ def _key(inp: Inputs):
 
 def _compiled_outputs(key, table_mode: str = "off", columns: bool = True, row_sums: str | None = None):
     row_sums = row_sums or FUSED_ROW_SUMS
+    if row_sums not in ROW_SUM_MODES:
+        raise ValueError(f"row_sums {row_sums!r}: one of {ROW_SUM_MODES}")
     fn = _COMPILED.get(("outputs", table_mode, columns, row_sums) + key)
     if fn is None:
         _raise_recompile_limit()
@@ -207,6 +209,8 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
         return exact_outputs(inp)
     if FUSED_SIGMOID_TABLE not in TABLE_MODES:           # a setting, not a compile failure: raise
         raise ValueError(f"references.fast.FUSED_SIGMOID_TABLE {FUSED_SIGMOID_TABLE!r}: one of {TABLE_MODES}")
+    if FUSED_ROW_SUMS not in ROW_SUM_MODES:
+        raise ValueError(f"references.fast.FUSED_ROW_SUMS {FUSED_ROW_SUMS!r}: one of {ROW_SUM_MODES}")
     key = _key(inp)
     if key not in _FAILED:
         try:

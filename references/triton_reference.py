@@ -17,10 +17,12 @@ atomics):
 `column_sums_triton` is dweight alone, from each row's rsqrt: with Inductor's row graph without
 its column sums (fast._compiled_outputs(columns=False)) it is the best complete pass measured.
 
-On the H200, 8192x4096 bf16 (bench/RESULTS.md, runs 10-11; floor 0.25 ms): Inductor's pass
-0.61-0.66 ms; Inductor's row graph + column_sums_triton 0.58-0.59 ms; stream 0.64-1.06, rows
-0.69-1.95, blocks 0.94-2.55, strips 0.90-1.01, pair with dweight 1.0-2.7. The five float64 outputs
-alone take 0.43-0.48 ms whichever kernel writes them; dweight adds 0.13-0.17 ms however it is placed.
+On the H200, 8192x4096 bf16 (bench/RESULTS.md, runs 10-11; floor 0.25 ms; kernel times from
+torch.profiler where run 11 took them, else wall): Inductor's pass 0.61-0.62 ms of kernels (0.63-0.66
+wall); Inductor's row graph + column_sums_triton 0.59-0.60 (0.58-0.64 wall); stream 0.64-1.06, rows
+0.69-1.95, pair with dweight 0.94-2.65; blocks 0.94-2.55 and strips 0.90-1.01 (wall, run 10).
+Without dweight the five float64 outputs take 0.43-0.47 ms (Inductor, wall) or 0.48-0.49 (stream with
+the table, kernels); dweight adds 0.12-0.17 ms as a kernel of its own, more inside the row kernel.
 
 The closed forms are references.exact's, with fast.py's sigmoid table of a 16-bit gate (or its
 shared exp for sigmoid(t) and sigmoid(-t)), so the values agree with the eager ones within
@@ -456,18 +458,29 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
                          reverse: bool = True, rows: int | None = None, strip: int | None = None,
                          programs: int | None = None, prefetch: bool = True, reconvert: bool = False,
                          evict: str = "", maxnreg: int | None = None,
-                         partials: bool = True
+                         partials: bool = True, poison: bool = False
                          ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Values of y, dx, dgate, dweight and gauges of dx, dgate, dweight, as exact_outputs_fused (n,
-    dn and the |value| gauges on first use). layout "blocks": one kernel over blocks of whole rows
-    (rows_per_block, chunk, warps override its launch; reverse: its second pass from the last
-    column chunk, for L2 hits); "strips": the row sums, then a pass over
-    column strips (rows, strip). table: a 16-bit gate's sigmoids from references.fast.sigmoid_table
-    instead of an exp per element."""
+    dn and the |value| gauges on first use). The layouts (module docstring) and their launch
+    options: "blocks" rows_per_block, chunk, warps, reverse (its second pass from the last column
+    chunk, for L2 hits); "strips" rows, strip; "rows" programs, warps, prefetch, reconvert, evict
+    (the float64 stores' eviction policy), maxnreg; "stream" rows_per_block, chunk, warps, evict,
+    partials; "pair" rows_per_block, chunk, warps, partials. table: a 16-bit gate's sigmoids from
+    references.fast.sigmoid_table instead of an exp per element ("stream": a pair, for its sums'
+    loop and its outputs' loop). partials False (a timing diagnostic) leaves dweight out: NaN.
+    poison: the outputs start as NaN rather than whatever memory the allocator hands back, so that
+    an element a kernel fails to write shows (on CUDA a freed block of the same size often still
+    holds a previous call's correct values)."""
     if triton is None:
         raise RuntimeError("references.triton_reference: Triton is not installed")
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: one of {LAYOUTS}")
+    if isinstance(table, tuple) and layout != "stream":
+        raise ValueError(f"table {table!r}: a pair only for the stream layout")
+    if evict and layout not in ("rows", "stream"):
+        raise ValueError(f"evict {evict!r}: only the rows and stream layouts set the stores' eviction policy")
+    if not partials and layout not in ("stream", "pair"):
+        raise ValueError("partials=False: only the stream and pair layouts can leave dweight out")
     shape, hidden = inp.x.shape, inp.hidden
     x, g, dy = (t.contiguous().reshape(-1, hidden) for t in (inp.x, inp.gate, inp.dy))
     tokens, dev = x.shape[0], x.device
@@ -477,11 +490,13 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
     use_tab = bool(table) and has_sigmoid_table(g.dtype)
     tab = sigmoid_table(g.dtype, dev) if use_tab else torch.zeros(2, **f64)
     eps = torch.full((1,), float(inp.eps), **f64)      # a fill: no host-to-device copy, which would sync
-    y, dgate, dx, dgate_g, dx_g = (torch.empty((tokens, hidden), **f64) for _ in range(5))
+    alloc = (lambda *size: torch.full(size, float("nan"), **f64)) if poison else \
+        (lambda *size: torch.empty(size, **f64))
+    y, dgate, dx, dgate_g, dx_g = (alloc(tokens, hidden) for _ in range(5))
     if layout == "blocks":
         rb, ch, nw = blocks_launch(tokens, hidden, rows_per_block, chunk, warps)
         blocks = -(-tokens // rb)
-        dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
+        dw_part, dwg_part = alloc(blocks, hidden), alloc(blocks, hidden)
         _row_blocks[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
                                tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB=use_tab, REV=reverse, num_warps=nw)
     elif layout == "pair":
@@ -489,7 +504,7 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 512)
         nw = warps or 8
         blocks = -(-tokens // rb)
-        dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
+        dw_part, dwg_part = alloc(blocks, hidden), alloc(blocks, hidden)
         _row_pair[(blocks,)](x, g, dy, w, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
                              tokens, hidden, EPS=float(inp.eps), ZC=zc, XB=rb, RBLK=ch, TAB=use_tab, PART=partials,
                              WIDE=(blocks * rb + 1) * hidden >= 2 ** 31, num_warps=nw)
@@ -498,7 +513,7 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 1024)
         nw = warps or max(1, min(16, ch // 128))
         blocks = -(-tokens // rb)
-        dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
+        dw_part, dwg_part = alloc(blocks, hidden), alloc(blocks, hidden)
         tab1, tab2 = (table, table) if isinstance(table, bool) else table
         tab1, tab2 = tab1 and use_tab, tab2 and use_tab
         _row_stream[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
@@ -506,7 +521,7 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
                                PART=partials, num_warps=nw)
     elif layout == "rows":
         hp, nprog, nw = rows_launch(tokens, hidden, dev, programs, warps)
-        dw_part, dwg_part = torch.empty((nprog, hidden), **f64), torch.empty((nprog, hidden), **f64)
+        dw_part, dwg_part = alloc(nprog, hidden), alloc(nprog, hidden)
         _rows_persistent[(nprog,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
                                    tokens, hidden, ZC=zc, HP=hp, TAB=use_tab, PREFETCH=prefetch,
                                    RECONVERT=reconvert, EV=evict, num_warps=nw,
@@ -517,13 +532,17 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         _row_sums[(tokens,)](x, g, dy, w, eps, tab, stats, hidden, ZC=zc, CHUNK=chunk_s,
                              TAB=use_tab, num_warps=max(1, min(8, chunk_s // 256)))
         blocks = -(-tokens // rows)
-        dw_part, dwg_part = torch.empty((blocks, hidden), **f64), torch.empty((blocks, hidden), **f64)
+        dw_part, dwg_part = alloc(blocks, hidden), alloc(blocks, hidden)
         _golden_tiles[(-(-hidden // bh), blocks)](x, g, dy, w, tab, stats, y, dgate, dx, dgate_g, dx_g, dw_part,
                                                   dwg_part, tokens, hidden, rows, ZC=zc, RB=rb, BH=bh, TAB=use_tab,
                                                   num_warps=max(1, min(8, rb * bh // 256)))
+    if partials:
+        dw, dwg = dw_part.sum(0), dwg_part.sum(0)
+    else:                  # the partial rows were never written: no sum over them (nor its time)
+        dw = dwg = torch.full((hidden,), float("nan"), **f64)
     return completed_on_use(inp, {"y": y.reshape(shape), "dgate": dgate.reshape(shape), "dx": dx.reshape(shape),
-                                  "dweight": dw_part.sum(0)},
-                            {"dgate": dgate_g.reshape(shape), "dx": dx_g.reshape(shape), "dweight": dwg_part.sum(0)})
+                                  "dweight": dw},
+                            {"dgate": dgate_g.reshape(shape), "dx": dx_g.reshape(shape), "dweight": dwg})
 
 
 def column_sums_triton(inp: Inputs, r: torch.Tensor, table: bool = True, rows: int = 256, rb: int = 8,
@@ -533,6 +552,9 @@ def column_sums_triton(inp: Inputs, r: torch.Tensor, table: bool = True, rows: i
     hidden = inp.hidden
     x, g, dy = (t.contiguous().reshape(-1, hidden) for t in (inp.x, inp.gate, inp.dy))
     tokens = x.shape[0]
+    if r.dtype != torch.float64 or r.numel() != tokens or r.device != x.device:
+        raise ValueError(f"r: one float64 rsqrt a row on {x.device} ({tokens}), got {r.dtype} x {r.numel()} "
+                         f"on {r.device}")
     f64 = dict(dtype=torch.float64, device=x.device)
     use_tab = table and has_sigmoid_table(g.dtype)
     tab = sigmoid_table(g.dtype, x.device) if use_tab else torch.zeros(2, **f64)

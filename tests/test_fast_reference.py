@@ -199,6 +199,10 @@ def test_fused_body_row_sum_forms_match_exact_outputs(case, row_sums, columns):
         assert torch.all((val - v[k]).abs() <= bound[k] * g[k] + 1e-300), k
     for k, gauge in gauges.items():
         assert torch.all((gauge - g[k]).abs() <= bound[k] * g[k] + 1e-300), k
+    if dtype == torch.float32 and not zc:         # the two forms are different evaluations, not one
+        other = _outputs_body(inp.x, inp.gate, inp.weight, inp.dy, None, inp.eps, zc, "off", columns,
+                              "xhat" if row_sums == "raw" else "raw")
+        assert not torch.equal(out[2], other[2])
 
 
 def test_fused_pass_with_raw_row_sums_matches_exact_outputs(monkeypatch):
@@ -207,8 +211,16 @@ def test_fused_pass_with_raw_row_sums_matches_exact_outputs(monkeypatch):
     inp = make_inputs((3, 96), torch.bfloat16, True, gate_scale=6.0, gate_shift=-2.0, seed=5)
     v, g = exact_outputs(inp)
     vf, gf = fast.exact_outputs_fused(inp)
-    assert fast._key(inp) not in fast._FAILED and any(k[3] == "raw" for k in fast._COMPILED if k[0] == "outputs")
+    mode = fast.FUSED_SIGMOID_TABLE
+    assert fast._key(inp) not in fast._FAILED and ("outputs", mode, True, "raw") + fast._key(inp) in fast._COMPILED
     bound = float64_error_bound(inp)
     for k in ("y", "dx", "dgate", "dweight"):
         assert torch.all((vf[k] - v[k]).abs() <= bound[k] * g[k] + 1e-300), k
         assert torch.all((gf[k] - g[k]).abs() <= bound[k] * g[k] + 1e-300), k
+
+
+def test_fused_row_sums_setting_must_be_a_mode(monkeypatch):
+    from references import fast
+    monkeypatch.setattr(fast, "FUSED_ROW_SUMS", "RAW")
+    with pytest.raises(ValueError, match="FUSED_ROW_SUMS 'RAW'"):
+        fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))

@@ -47,7 +47,7 @@ def check_all(device: str) -> None:
         v, g = exact_outputs(inp)
         # blocks of 4 rows x 16-column steps: many steps, partial blocks and steps; strips of 3 rows
         # x 16 columns: many strips, partial blocks
-        vt, gt = exact_outputs_triton(inp, **kw)
+        vt, gt = exact_outputs_triton(inp, poison=True, **kw)     # an unwritten element stays NaN
         b = float64_error_bound(inp)
         for k in v:
             assert vt[k].shape == v[k].shape and vt[k].dtype == torch.float64, (shape, k)
@@ -90,4 +90,23 @@ def test_triton_reference_layout_must_be_one_of_the_layouts():
     from references.triton_reference import exact_outputs_triton
     with pytest.raises(ValueError, match="layout 'tiles'"):
         exact_outputs_triton(make_inputs((2, 8), torch.bfloat16), layout="tiles")
+
+
+@pytest.mark.parametrize("kw, match", [({"layout": "rows", "table": (True, False)}, "a pair only for the stream"),
+                                       ({"layout": "blocks", "evict": "evict_first"}, "eviction policy"),
+                                       ({"layout": "strips", "partials": False}, "leave dweight out")])
+def test_triton_reference_refuses_options_its_layout_ignores(kw, match):
+    pytest.importorskip("triton")
+    from references.triton_reference import exact_outputs_triton
+    with pytest.raises(ValueError, match=match):
+        exact_outputs_triton(make_inputs((2, 8), torch.bfloat16), **kw)
+
+
+def test_column_sums_triton_refuses_a_wrong_rsqrt():
+    pytest.importorskip("triton")
+    from references.triton_reference import column_sums_triton
+    inp = make_inputs((3, 8), torch.bfloat16)
+    for r in (torch.ones(3, dtype=torch.float32), torch.ones(4, dtype=torch.float64)):
+        with pytest.raises(ValueError, match="one float64 rsqrt a row"):
+            column_sums_triton(inp, r)
 
