@@ -143,28 +143,22 @@ def _outputs_body(x_in, gate_in, w_in, dy_in, table, eps: float, zc: bool, table
     dsilu = s * (1 + t * one_minus_s)
     dsilu_abs = s * (1 + t.abs() * one_minus_s)
     n = xhat * g
-    # rmsnorm_backward
+    # rmsnorm_backward and its gauge
     dx = r * (dxhat - xhat * c)
-    if not columns:      # the dweight column sums left to another kernel: each row's rsqrt for it
-        a = dn.abs() * g.abs()
-        xa = xhat.abs()
-        dx_g = r * (a + xa * (q if q is not None else (a * xa).mean(-1, keepdim=True)))
-        y = n * silu
-        return y, dy * n * dsilu, dx, (dy * n).abs() * dsilu_abs, dx_g, r
-    h = dn.shape[-1]
-    # the column sums are their own kernel, which recomputes dn: there the table may pay
-    dn_col = dy * (t * _gate_sigmoids(gate_in, t, table)[0]) if table_mode == "columns" else dn
-    dweight = (dn_col * xhat).reshape(-1, h).sum(0)
-    # rmsnorm_backward_gauge
-    dn_abs = dn.abs()
-    a = dn_abs * g.abs()
+    a = dn.abs() * g.abs()
     xa = xhat.abs()
     dx_g = r * (a + xa * (q if q is not None else (a * xa).mean(-1, keepdim=True)))
-    dw_g = (dn_col.abs() * xa).reshape(-1, h).sum(0)
     y = n * silu
     dgate = dy * n * dsilu
     dgate_g = (dy * n).abs() * dsilu_abs
     # n, dn and the |.| gauges are not written: 5 full-size float64 arrays instead of 10
+    if not columns:      # the dweight column sums left to another kernel: each row's rsqrt for it
+        return y, dgate, dx, dgate_g, dx_g, r
+    h = dn.shape[-1]
+    # the column sums are their own kernel, which recomputes dn: there the table may pay
+    dn_col = dy * (t * _gate_sigmoids(gate_in, t, table)[0]) if table_mode == "columns" else dn
+    dweight = (dn_col * xhat).reshape(-1, h).sum(0)
+    dw_g = (dn_col.abs() * xa).reshape(-1, h).sum(0)
     return y, dgate, dx, dweight, dgate_g, dx_g, dw_g
 
 

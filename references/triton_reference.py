@@ -63,12 +63,19 @@ if triton is not None:
             return tl.where(pos, d, ed), tl.where(pos, ed, d)
 
     @triton.jit
-    def _load_inputs(x_ptr, g_ptr, dy_ptr, off, m):
-        """x and dy in float64, the gate as loaded (its bits index the table) and in float64."""
-        x = tl.load(x_ptr + off, mask=m, other=0).to(tl.float64)
-        graw = tl.load(g_ptr + off, mask=m, other=0)
-        dy = tl.load(dy_ptr + off, mask=m, other=0).to(tl.float64)
+    def _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, EV: tl.constexpr):
+        """x and dy in float64, the gate as loaded (its bits index the table) and in float64; EV:
+        the loads' eviction policy ("" for the default)."""
+        x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy=EV).to(tl.float64)
+        graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy=EV)
+        dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy=EV).to(tl.float64)
         return x, graw, graw.to(tl.float64), dy
+
+    @triton.jit
+    def _load_gamma(w_ptr, cols, cm, ZC: tl.constexpr):
+        """The norm's scale in float64: the weight, or 1 + weight for a zero-centred one."""
+        w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
+        return w + 1.0 if ZC else w
 
     @triton.jit
     def _row_sum_terms(x, t, dy, gam, s):
@@ -107,9 +114,8 @@ if triton is not None:
         for j in range(0, H, CHUNK):
             cols = j + tl.arange(0, CHUNK)
             cm = cols < H
-            x, graw, t, dy = _load_inputs(x_ptr + base, g_ptr + base, dy_ptr + base, cols, cm)
-            w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
-            gam = w + 1.0 if ZC else w
+            x, graw, t, dy = _load_inputs(x_ptr + base, g_ptr + base, dy_ptr + base, cols, cm, "")
+            gam = _load_gamma(w_ptr, cols, cm, ZC)
             s, _ = _silu_parts(graw, t, tab_ptr, cm, TAB)
             xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
             acc_xx += xx
@@ -129,8 +135,7 @@ if triton is not None:
         dweight terms summed down its rows (one partial row per row block)."""
         cols = tl.program_id(0) * BH + tl.arange(0, BH)
         cm = cols < H
-        w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
-        gam = (w + 1.0 if ZC else w)[None, :]
+        gam = _load_gamma(w_ptr, cols, cm, ZC)[None, :]
         dw = tl.zeros([BH], dtype=tl.float64)
         dwg = tl.zeros([BH], dtype=tl.float64)
         first = tl.program_id(1) * ROWS
@@ -142,7 +147,7 @@ if triton is not None:
             q = tl.load(stats_ptr + 3 * rows + 2, mask=rm, other=0)[:, None]
             m = rm[:, None] & cm[None, :]
             off = rows.to(tl.int64)[:, None] * H + cols[None, :]
-            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m)
+            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "")
             s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
             dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
                                          x, t, dy, gam, s, oms, r, c, q, "")
@@ -170,9 +175,8 @@ if triton is not None:
         for j in range(0, H, CH):
             cols = j + tl.arange(0, CH)
             m = rm[:, None] & (cols < H)[None, :]
-            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, base + cols[None, :], m)
-            w = tl.load(w_ptr + cols, mask=cols < H, other=0).to(tl.float64)
-            gam = (w + 1.0 if ZC else w)[None, :]
+            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, base + cols[None, :], m, "")
+            gam = _load_gamma(w_ptr, cols, cols < H, ZC)[None, :]
             s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
             xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
             acc_xx += xx
@@ -189,9 +193,8 @@ if triton is not None:
             cm = cols < H
             m = rm[:, None] & cm[None, :]
             off = base + cols[None, :]
-            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m)
-            w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
-            gam = (w + 1.0 if ZC else w)[None, :]
+            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "")
+            gam = _load_gamma(w_ptr, cols, cm, ZC)[None, :]
             s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
             dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
                                          x, t, dy, gam, s, oms, r, c, q, "")
@@ -230,8 +233,7 @@ if triton is not None:
                 xn = tl.load(x_ptr + off + stride, mask=nm, other=0)
                 gn = tl.load(g_ptr + off + stride, mask=nm, other=0)
                 dn_ = tl.load(dy_ptr + off + stride, mask=nm, other=0)
-            w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
-            gam = w + 1.0 if ZC else w
+            gam = _load_gamma(w_ptr, cols, cm, ZC)
             x = xr.to(tl.float64)
             t = gr.to(tl.float64)
             dy = dr.to(tl.float64)
@@ -282,7 +284,7 @@ if triton is not None:
             rm = (rows < T) & (i + tl.arange(0, RB) < ROWS)     # a step may pass the strip's end
             m = rm[:, None] & cm[None, :]
             off = rows.to(tl.int64)[:, None] * H + cols[None, :]
-            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m)
+            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "")
             r = tl.load(r_ptr + rows, mask=rm, other=0)[:, None]
             s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
             dn = dy * (t * s)
@@ -321,12 +323,8 @@ if triton is not None:
                 cm = cols < H
                 m = cm & live
                 off = base + cols
-                x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
-                graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy="evict_last")
-                t = graw.to(tl.float64)
-                dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy="evict_last").to(tl.float64)
-                w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
-                gam = w + 1.0 if ZC else w
+                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "evict_last")
+                gam = _load_gamma(w_ptr, cols, cm, ZC)
                 s, _ = _silu_parts(graw, t, tab_ptr, m, TAB1)
                 xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
                 acc_xx += xx
@@ -340,12 +338,8 @@ if triton is not None:
                 cm = cols < H
                 m = cm & live
                 off = base + cols
-                x = tl.load(x_ptr + off, mask=m, other=0, eviction_policy="evict_first").to(tl.float64)
-                graw = tl.load(g_ptr + off, mask=m, other=0, eviction_policy="evict_first")
-                t = graw.to(tl.float64)
-                dy = tl.load(dy_ptr + off, mask=m, other=0, eviction_policy="evict_first").to(tl.float64)
-                w = tl.load(w_ptr + cols, mask=cm, other=0).to(tl.float64)
-                gam = w + 1.0 if ZC else w
+                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "evict_first")
+                gam = _load_gamma(w_ptr, cols, cm, ZC)
                 s, oms = _silu_parts(graw, t, tab_ptr, m, TAB2)
                 dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
                                              x, t, dy, gam, s, oms, r, c, q, EV)
