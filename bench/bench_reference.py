@@ -2,7 +2,7 @@
 reference time spent in mpmath certification.
 
     python bench/bench_reference.py [--device cuda] [--tokens 8192] [--hidden 4096] [--dtype bf16] [--profile] [--tune]
-                                    [--triton [--layouts blocks,strips,rows,stream,pair,hybrid]]
+                                    [--triton [--layouts blocks,strips,rows,stream,pair,sweep,hybrid]]
 
 Times the eager closed forms (references.exact.exact_outputs) and the fused torch.compile version
 (references.fast.exact_outputs_fused, each sigmoid-table mode and both ways of writing dx's row
@@ -256,6 +256,15 @@ def main():
                                                  (4, 1024, 8, True, False), (16, 512, 16, True, False),
                                                  (8, 512, 8, True, True), (8, 256, 4, True, False),
                                                  (2, 1024, 8, True, False), (8, 128, 4, True, False))]
+        # sweep: the stream's row sums, then the outputs column tile by column tile (dweight in registers)
+        variants += [("sweep", dict(rows_per_block=rb, chunk=ch, warps=nw, evict=ev), tab)
+                     for rb, ch, nw, tab, ev in ((8, 1024, 8, True, "evict_first"), (8, 512, 8, True, "evict_first"),
+                                                 (8, 256, 8, True, "evict_first"), (8, 1024, 16, True, "evict_first"),
+                                                 (4, 512, 8, True, "evict_first"), (16, 512, 8, True, "evict_first"),
+                                                 (4, 1024, 8, True, "evict_first"), (16, 1024, 8, True, "evict_first"),
+                                                 (32, 512, 8, True, "evict_first"), (8, 512, 4, True, "evict_first"),
+                                                 (8, 512, 8, (True, False), "evict_first"),
+                                                 (8, 512, 8, False, "evict_first"), (8, 512, 8, True, ""))]
         variants = [v for v in variants if v[0] in a.layouts.split(",")]
         for layout, kw, tab in variants:
             if layout == "blocks":
@@ -271,6 +280,10 @@ def main():
                 shape = (f"row stream, {kw['rows_per_block']} rows a program one at a time, {kw['chunk']} columns, "
                          f"{kw['warps']} warps, stores {kw['evict'] or 'default'}"
                          f"{'' if kw.get('partials', True) else ', NO dweight partials (timing diagnostic)'}")
+                rb = kw["rows_per_block"]
+            elif layout == "sweep":
+                shape = (f"sweep, {kw['rows_per_block']} rows a program: sums row by row, outputs tile by tile "
+                         f"down the rows, {kw['chunk']} columns, {kw['warps']} warps, stores {kw['evict'] or 'default'}")
                 rb = kw["rows_per_block"]
             elif layout == "rows":
                 hp, nprog, nw = rows_launch(a.tokens, a.hidden, inp.x.device, kw.get("programs"), kw.get("warps"))
@@ -295,7 +308,7 @@ def main():
             # blocks and strips read the inputs twice (blocks also write and read 2 partial rows a
             # block); rows reads them once
             tri_bytes = fused_bytes + (0 if layout == "rows" else 3 * n * esize) + \
-                (2 * 2 * 8 * n // rb if layout in ("blocks", "stream", "pair") and kw.get("partials", True) else 0)
+                (2 * 2 * 8 * n // rb if layout in ("blocks", "stream", "pair", "sweep") and kw.get("partials", True) else 0)
             has = has_sigmoid_table(inp.gate.dtype)
             sig = (f"sigmoid: sums {'table' if tab[0] and has else 'exp'}, outputs {'table' if tab[1] and has else 'exp'}"
                    if isinstance(tab, tuple) else f"sigmoid {'table' if tab and has_sigmoid_table(inp.gate.dtype) else 'exp'}")

@@ -347,6 +347,67 @@ if triton is not None:
                     _add_partial(dw_part_ptr + part, dwg_part_ptr + part, cols, cm, i > 0, dw_t, dwg_t)
 
     @triton.jit
+    def _row_sweep(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr, stats_ptr,
+                   y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
+                   T, H: tl.constexpr, ZC: tl.constexpr, RB: tl.constexpr, CH: tl.constexpr,
+                   TAB1: tl.constexpr, TAB2: tl.constexpr, EV: tl.constexpr):
+        """RB rows a program: their sums row by row (as stream), then their outputs column tile by
+        column tile, down the block's rows, so that each thread adds the dweight terms of the
+        columns it owns in registers (no cross-thread sum, no partial row in memory) and writes one
+        partial row a block at the end. The inputs are read twice, the second time from L2 (RB rows
+        back). Each row's r, c, q go through stats_ptr: written by the program, read after a
+        barrier (bar.sync makes a CTA's global writes visible to the CTA)."""
+        pid = tl.program_id(0)
+        eps = tl.load(eps_ptr)
+        first = pid * RB
+        for i in range(RB):
+            row = first + i
+            live = row < T
+            base = row.to(tl.int64) * H
+            acc_xx = tl.zeros([CH], dtype=tl.float64)
+            acc_u = tl.zeros([CH], dtype=tl.float64)
+            acc_ua = tl.zeros([CH], dtype=tl.float64)
+            for j in range(0, H, CH):
+                cols = j + tl.arange(0, CH)
+                cm = cols < H
+                m = cm & live
+                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, base + cols, m, "evict_last")
+                gam = _load_gamma(w_ptr, cols, cm, ZC)
+                s, _ = _silu_parts(graw, t, tab_ptr, m, TAB1)
+                xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
+                acc_xx += xx
+                acc_u += u
+                acc_ua += ua
+            r = 1.0 / tl.sqrt(tl.sum(acc_xx, axis=0) / H + eps)     # fp64 sqrt: sqrt.rn.f64
+            tl.store(stats_ptr + 3 * row, r, mask=live)
+            tl.store(stats_ptr + 3 * row + 1, r * (tl.sum(acc_u, axis=0) / H), mask=live)
+            tl.store(stats_ptr + 3 * row + 2, r * (tl.sum(acc_ua, axis=0) / H), mask=live)
+        tl.debug_barrier()
+        part = pid.to(tl.int64) * H
+        for j in range(0, H, CH):
+            cols = j + tl.arange(0, CH)
+            cm = cols < H
+            gam = _load_gamma(w_ptr, cols, cm, ZC)
+            dw = tl.zeros([CH], dtype=tl.float64)
+            dwg = tl.zeros([CH], dtype=tl.float64)
+            for i in range(RB):
+                row = first + i
+                live = row < T
+                m = cm & live
+                r = tl.load(stats_ptr + 3 * row, mask=live, other=0.0)
+                c = tl.load(stats_ptr + 3 * row + 1, mask=live, other=0.0)
+                q = tl.load(stats_ptr + 3 * row + 2, mask=live, other=0.0)
+                off = row.to(tl.int64) * H + cols
+                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "evict_first")
+                s, oms = _silu_parts(graw, t, tab_ptr, m, TAB2)
+                dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
+                                             x, t, dy, gam, s, oms, r, c, q, EV)
+                dw += dw_t
+                dwg += dwg_t
+            tl.store(dw_part_ptr + part + cols, dw, mask=cm)
+            tl.store(dwg_part_ptr + part + cols, dwg, mask=cm)
+
+    @triton.jit
     def _add_partial(dw_ptr, dwg_ptr, cols, cm, add, dw_t, dwg_t):
         pm = cm & add
         dw_old = tl.load(dw_ptr + cols, mask=pm, other=0.0)
@@ -412,7 +473,7 @@ if triton is not None:
                 tl.store(dwg_part_ptr + part + cols1, tl.sum(dwg_t, 0), mask=cols1 < H)
 
 
-LAYOUTS = ("blocks", "strips", "rows", "stream", "pair")
+LAYOUTS = ("blocks", "strips", "rows", "stream", "pair", "sweep")
 
 
 def blocks_launch(tokens: int, hidden: int, rows_per_block: int | None = None, chunk: int | None = None,
@@ -469,10 +530,10 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         raise RuntimeError("references.triton_reference: Triton is not installed")
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: one of {LAYOUTS}")
-    if isinstance(table, tuple) and layout != "stream":
-        raise ValueError(f"table {table!r}: a pair only for the stream layout")
-    if evict and layout not in ("rows", "stream"):
-        raise ValueError(f"evict {evict!r}: only the rows and stream layouts set the stores' eviction policy")
+    if isinstance(table, tuple) and layout not in ("stream", "sweep"):
+        raise ValueError(f"table {table!r}: a pair only for the stream and sweep layouts")
+    if evict and layout not in ("rows", "stream", "sweep"):
+        raise ValueError(f"evict {evict!r}: only the rows, stream and sweep layouts set the stores' eviction policy")
     if not partials and layout not in ("stream", "pair"):
         raise ValueError("partials=False: only the stream and pair layouts can leave dweight out")
     shape, hidden = inp.x.shape, inp.hidden
@@ -513,6 +574,17 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         _row_stream[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
                                tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB1=tab1, TAB2=tab2, EV=evict,
                                PART=partials, num_warps=nw)
+    elif layout == "sweep":
+        rb = rows_per_block or 8
+        ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 1024)
+        nw = warps or max(1, min(16, ch // 128))
+        blocks = -(-tokens // rb)
+        dw_part, dwg_part = alloc(blocks, hidden), alloc(blocks, hidden)
+        stats = torch.empty((tokens, 3), **f64)
+        tab1, tab2 = (table, table) if isinstance(table, bool) else table
+        _row_sweep[(blocks,)](x, g, dy, w, eps, tab, stats, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
+                              tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB1=bool(tab1) and use_tab,
+                              TAB2=bool(tab2) and use_tab, EV=evict, num_warps=nw)
     elif layout == "rows":
         hp, nprog, nw = rows_launch(tokens, hidden, dev, programs, warps)
         dw_part, dwg_part = alloc(nprog, hidden), alloc(nprog, hidden)

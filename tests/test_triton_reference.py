@@ -40,6 +40,10 @@ def check_all(device: str) -> None:
            [(c, {"layout": "pair", "rows_per_block": 4, "chunk": 16, "warps": 1, "table": True}) for c in CASES] + \
            [(c, {"layout": "pair", "rows_per_block": 2}) for c in CASES] + \
            [(c, {"layout": "rows", "programs": 2, "prefetch": False}) for c in CASES] + \
+           [(c, {"layout": "sweep", "rows_per_block": 4, "chunk": 16, "warps": 1, "table": (True, False)})
+            for c in CASES] + \
+           [(c, {"layout": "sweep", "rows_per_block": 3, "table": (False, True), "evict": "evict_first"})
+            for c in CASES] + \
            [(c, {"layout": "rows", "programs": 4, "reconvert": True, "table": True}) for c in CASES
             if device == "cuda"]      # inline PTX: not in the interpreter
     for (shape, dtype, zc, eps, shift), kw in runs:
@@ -93,6 +97,7 @@ def test_triton_reference_layout_must_be_one_of_the_layouts():
 
 
 @pytest.mark.parametrize("kw, match", [({"layout": "rows", "table": (True, False)}, "a pair only for the stream"),
+                                       ({"layout": "pair", "table": (True, True)}, "a pair only for the stream and sweep"),
                                        ({"layout": "blocks", "evict": "evict_first"}, "eviction policy"),
                                        ({"layout": "strips", "partials": False}, "leave dweight out")])
 def test_triton_reference_refuses_options_its_layout_ignores(kw, match):
