@@ -2,7 +2,7 @@
 reference time spent in mpmath certification.
 
     python bench/bench_reference.py [--device cuda] [--tokens 8192] [--hidden 4096] [--dtype bf16] [--profile] [--tune]
-                                    [--triton [--layouts blocks,strips,rows,stream,pair,sweep,hybrid]]
+                                    [--triton [--layouts blocks,strips,rows,stream,pair,sweep,smem,hybrid]]
 
 Times the eager closed forms (references.exact.exact_outputs) and the fused torch.compile version
 (references.fast.exact_outputs_fused, each sigmoid-table mode and both ways of writing dx's row
@@ -265,6 +265,14 @@ def main():
                                                  (32, 512, 8, True, "evict_first"), (8, 512, 4, True, "evict_first"),
                                                  (8, 512, 8, (True, False), "evict_first"),
                                                  (8, 512, 8, False, "evict_first"), (8, 512, 8, True, ""))]
+        # smem (Gluon): stream's order, persistent programs, the dweight partial row in shared memory
+        variants += [("smem", dict(chunk=ch, warps=nw, programs=pr, evict=ev), tab)
+                     for ch, nw, pr, tab, ev in ((1024, 8, 264, True, "evict_first"), (512, 8, 396, True, "evict_first"),
+                                                 (512, 8, 264, True, "evict_first"), (1024, 16, 132, True, "evict_first"),
+                                                 (2048, 16, 132, True, "evict_first"), (512, 4, 396, True, "evict_first"),
+                                                 (1024, 8, 264, (True, False), "evict_first"),
+                                                 (1024, 8, 264, False, "evict_first"), (1024, 8, 264, True, ""),
+                                                 (1024, 8, 528, True, "evict_first"))]
         variants = [v for v in variants if v[0] in a.layouts.split(",")]
         for layout, kw, tab in variants:
             if layout == "blocks":
@@ -285,6 +293,10 @@ def main():
                 shape = (f"sweep, {kw['rows_per_block']} rows a program: sums row by row, outputs tile by tile "
                          f"down the rows, {kw['chunk']} columns, {kw['warps']} warps, stores {kw['evict'] or 'default'}")
                 rb = kw["rows_per_block"]
+            elif layout == "smem":
+                shape = (f"smem (Gluon), {kw['programs']} persistent programs, one row at a time, {kw['chunk']} "
+                         f"columns, {kw['warps']} warps, dweight partial row in shared memory, "
+                         f"stores {kw['evict'] or 'default'}")
             elif layout == "rows":
                 hp, nprog, nw = rows_launch(a.tokens, a.hidden, inp.x.device, kw.get("programs"), kw.get("warps"))
                 shape = (f"persistent rows, {nprog} programs of {nw} warps, prefetch {kw['prefetch']}, "

@@ -43,6 +43,13 @@ except ImportError:                    # the CPU CI has no Triton: nothing here 
     triton = None
 
 
+try:                                   # Gluon (explicit layouts and shared memory): Triton >= 3.5
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+except Exception:
+    gluon = None
+
+
 def available() -> bool:
     return triton is not None
 
@@ -473,7 +480,73 @@ if triton is not None:
                 tl.store(dwg_part_ptr + part + cols1, tl.sum(dwg_t, 0), mask=cols1 < H)
 
 
-LAYOUTS = ("blocks", "strips", "rows", "stream", "pair", "sweep")
+if gluon is not None:
+    # the Triton helpers above, compiled as Gluon (they create no tensor, so need no layout)
+    _g_load_inputs, _g_load_gamma, _g_silu_parts, _g_row_sum_terms, _g_write_outputs = (
+        gluon.jit(f.fn) for f in (_load_inputs, _load_gamma, _silu_parts, _row_sum_terms, _write_outputs))
+
+    @gluon.jit
+    def _rows_smem(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
+                   y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
+                   T, H: gl.constexpr, ZC: gl.constexpr, CH: gl.constexpr, TAB1: gl.constexpr,
+                   TAB2: gl.constexpr, EV: gl.constexpr, NW: gl.constexpr):
+        """As stream (a row's sums, then its outputs, CH columns a step, the inputs again from
+        L1/L2), in persistent programs (rows pid, pid + P, ...) that add the dweight terms into a
+        partial row held in shared memory (Gluon: explicit layouts and shared memory) — on chip,
+        where stream's partial rows went through L2 — written out once a program."""
+        L: gl.constexpr = gl.BlockedLayout(size_per_thread=[CH // (32 * NW)], threads_per_warp=[32],
+                                           warps_per_cta=[NW], order=[0])
+        S: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+        NT: gl.constexpr = (H + CH - 1) // CH
+        dw_s = gl.allocate_shared_memory(gl.float64, [NT, CH], S)
+        dwg_s = gl.allocate_shared_memory(gl.float64, [NT, CH], S)
+        zero = gl.zeros([CH], gl.float64, L)
+        for j in range(NT):
+            dw_s.index(j).store(zero)
+            dwg_s.index(j).store(zero)
+        pid = gl.program_id(0)
+        eps = gl.load(eps_ptr)
+        lane = gl.arange(0, CH, L)
+        for row in range(pid, T, gl.num_programs(0)):
+            base = row.to(gl.int64) * H
+            acc_xx = gl.zeros([CH], gl.float64, L)
+            acc_u = gl.zeros([CH], gl.float64, L)
+            acc_ua = gl.zeros([CH], gl.float64, L)
+            for j in range(NT):
+                cols = j * CH + lane
+                cm = cols < H
+                x, graw, t, dy = _g_load_inputs(x_ptr, g_ptr, dy_ptr, base + cols, cm, "evict_last")
+                gam = _g_load_gamma(w_ptr, cols, cm, ZC)
+                s, _ = _g_silu_parts(graw, t, tab_ptr, cm, TAB1)
+                xx, u, ua = _g_row_sum_terms(x, t, dy, gam, s)
+                acc_xx += xx
+                acc_u += u
+                acc_ua += ua
+            r = 1.0 / gl.sqrt(gl.sum(acc_xx, axis=0) / H + eps)     # fp64 sqrt: sqrt.rn.f64
+            c = r * (gl.sum(acc_u, axis=0) / H)
+            q = r * (gl.sum(acc_ua, axis=0) / H)
+            for j in range(NT):
+                cols = j * CH + lane
+                cm = cols < H
+                off = base + cols
+                x, graw, t, dy = _g_load_inputs(x_ptr, g_ptr, dy_ptr, off, cm, "evict_first")
+                gam = _g_load_gamma(w_ptr, cols, cm, ZC)
+                s, oms = _g_silu_parts(graw, t, tab_ptr, cm, TAB2)
+                dw_t, dwg_t = _g_write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, cm,
+                                               x, t, dy, gam, s, oms, r, c, q, EV)
+                a = dw_s.index(j)
+                a.store(a.load(L) + dw_t)
+                b = dwg_s.index(j)
+                b.store(b.load(L) + dwg_t)
+        part = pid.to(gl.int64) * H
+        for j in range(NT):
+            cols = j * CH + lane
+            cm = cols < H
+            gl.store(dw_part_ptr + part + cols, dw_s.index(j).load(L), mask=cm)
+            gl.store(dwg_part_ptr + part + cols, dwg_s.index(j).load(L), mask=cm)
+
+
+LAYOUTS = ("blocks", "strips", "rows", "stream", "pair", "sweep", "smem")
 
 
 def blocks_launch(tokens: int, hidden: int, rows_per_block: int | None = None, chunk: int | None = None,
@@ -530,10 +603,10 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         raise RuntimeError("references.triton_reference: Triton is not installed")
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: one of {LAYOUTS}")
-    if isinstance(table, tuple) and layout not in ("stream", "sweep"):
-        raise ValueError(f"table {table!r}: a pair only for the stream and sweep layouts")
-    if evict and layout not in ("rows", "stream", "sweep"):
-        raise ValueError(f"evict {evict!r}: only the rows, stream and sweep layouts set the stores' eviction policy")
+    if isinstance(table, tuple) and layout not in ("stream", "sweep", "smem"):
+        raise ValueError(f"table {table!r}: a pair only for the stream, sweep and smem layouts")
+    if evict and layout not in ("rows", "stream", "sweep", "smem"):
+        raise ValueError(f"evict {evict!r}: only the rows, stream, sweep and smem layouts set the stores' eviction policy")
     if not partials and layout not in ("stream", "pair"):
         raise ValueError("partials=False: only the stream and pair layouts can leave dweight out")
     shape, hidden = inp.x.shape, inp.hidden
@@ -585,6 +658,20 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         _row_sweep[(blocks,)](x, g, dy, w, eps, tab, stats, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
                               tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB1=bool(tab1) and use_tab,
                               TAB2=bool(tab2) and use_tab, EV=evict, num_warps=nw)
+    elif layout == "smem":
+        if gluon is None:
+            raise RuntimeError("layout 'smem': needs Triton's Gluon (triton.experimental.gluon)")
+        ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 1024)
+        nw = warps or max(1, min(16, ch // 128))
+        if ch % (32 * nw):
+            raise ValueError(f"smem: chunk {ch} must be a multiple of 32 x warps ({32 * nw})")
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 4
+        nprog = max(1, min(programs or 2 * sms, tokens))
+        dw_part, dwg_part = alloc(nprog, hidden), alloc(nprog, hidden)
+        tab1, tab2 = (table, table) if isinstance(table, bool) else table
+        _rows_smem[(nprog,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
+                             tokens, hidden, ZC=zc, CH=ch, TAB1=bool(tab1) and use_tab, TAB2=bool(tab2) and use_tab,
+                             EV=evict, NW=nw, num_warps=nw)
     elif layout == "rows":
         hp, nprog, nw = rows_launch(tokens, hidden, dev, programs, warps)
         dw_part, dwg_part = alloc(nprog, hidden), alloc(nprog, hidden)

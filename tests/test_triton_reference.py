@@ -45,7 +45,10 @@ def check_all(device: str) -> None:
            [(c, {"layout": "sweep", "rows_per_block": 3, "table": (False, True), "evict": "evict_first"})
             for c in CASES] + \
            [(c, {"layout": "rows", "programs": 4, "reconvert": True, "table": True}) for c in CASES
-            if device == "cuda"]      # inline PTX: not in the interpreter
+            if device == "cuda"] + \
+           [(c, kw) for c in CASES if device == "cuda"      # inline PTX, Gluon: not in the interpreter
+            for kw in ({"layout": "smem", "chunk": 64, "warps": 1, "programs": 3, "table": (True, False)},
+                       {"layout": "smem", "table": True, "evict": "evict_first"}, {"layout": "smem"})]
     for (shape, dtype, zc, eps, shift), kw in runs:
         inp = make_inputs(shape, dtype, zc, gate_shift=shift, eps=eps, seed=len(shape)).to(device)
         v, g = exact_outputs(inp)
@@ -97,7 +100,7 @@ def test_triton_reference_layout_must_be_one_of_the_layouts():
 
 
 @pytest.mark.parametrize("kw, match", [({"layout": "rows", "table": (True, False)}, "a pair only for the stream"),
-                                       ({"layout": "pair", "table": (True, True)}, "a pair only for the stream and sweep"),
+                                       ({"layout": "pair", "table": (True, True)}, "a pair only for the stream, sweep and smem"),
                                        ({"layout": "blocks", "evict": "evict_first"}, "eviction policy"),
                                        ({"layout": "strips", "partials": False}, "leave dweight out")])
 def test_triton_reference_refuses_options_its_layout_ignores(kw, match):
