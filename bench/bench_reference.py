@@ -145,6 +145,8 @@ def main():
                    help="also time the hand-written Triton pass (references/triton_reference.py)")
     p.add_argument("--layouts", default="blocks,strips,rows",
                    help="with --triton: the layouts to time (comma-separated)")
+    p.add_argument("--only", default="",
+                   help="with --triton: time only the variants whose description contains one of these |-separated texts")
     p.add_argument("--tune", action="store_true",
                    help="also time the fused pass compiled with Inductor's coordinate_descent_tuning")
     a = p.parse_args()
@@ -264,7 +266,11 @@ def main():
                                                  (4, 1024, 8, True, "evict_first"), (16, 1024, 8, True, "evict_first"),
                                                  (32, 512, 8, True, "evict_first"), (8, 512, 4, True, "evict_first"),
                                                  (8, 512, 8, (True, False), "evict_first"),
-                                                 (8, 512, 8, False, "evict_first"), (8, 512, 8, True, ""))]
+                                                 (8, 512, 8, False, "evict_first"), (8, 512, 8, True, ""))] + \
+            [("sweep", dict(rows_per_block=rb, chunk=ch, warps=nw, evict="evict_first", partials=False, row_major=rm), True)
+             for rb, ch, nw, rm in ((8, 1024, 8, False), (8, 1024, 8, True), (4, 512, 8, False), (4, 512, 8, True),
+                                    (16, 1024, 8, True), (2, 1024, 8, False))] + \
+            [("stream", dict(rows_per_block=16, chunk=1024, warps=8, evict="evict_first", partials=False), True)]
         # smem (Gluon): stream's order, persistent programs, the dweight partial row in shared memory
         variants += [("smem", dict(chunk=ch, warps=nw, programs=pr, evict=ev), tab)
                      for ch, nw, pr, tab, ev in ((1024, 8, 264, True, "evict_first"), (512, 8, 396, True, "evict_first"),
@@ -290,8 +296,10 @@ def main():
                          f"{'' if kw.get('partials', True) else ', NO dweight partials (timing diagnostic)'}")
                 rb = kw["rows_per_block"]
             elif layout == "sweep":
-                shape = (f"sweep, {kw['rows_per_block']} rows a program: sums row by row, outputs tile by tile "
-                         f"down the rows, {kw['chunk']} columns, {kw['warps']} warps, stores {kw['evict'] or 'default'}")
+                shape = (f"sweep, {kw['rows_per_block']} rows a program: sums row by row, outputs "
+                         f"{'ROW BY ROW' if kw.get('row_major') else 'tile by tile down the rows'}, {kw['chunk']} "
+                         f"columns, {kw['warps']} warps, stores {kw['evict'] or 'default'}"
+                         f"{'' if kw.get('partials', True) else ', NO dweight (timing diagnostic)'}")
                 rb = kw["rows_per_block"]
             elif layout == "smem":
                 shape = (f"smem (Gluon), {kw['programs']} persistent programs, one row at a time, {kw['chunk']} "
@@ -304,6 +312,8 @@ def main():
             else:
                 cfg = launch_shape(a.tokens, a.hidden, kw.get("rows"), kw.get("strip"))
                 shape = f"row sums, then {cfg[1]}-row x {cfg[3]}-column strips, {cfg[2]} rows a step"
+            if a.only and not any(o in shape for o in a.only.split("|")):
+                continue
             run = lambda: exact_outputs_triton(inp, layout=layout, table=tab, **kw)
             try:
                 _, t_c3 = once(run, a.device)

@@ -357,7 +357,8 @@ if triton is not None:
     def _row_sweep(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr, stats_ptr,
                    y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
                    T, H: tl.constexpr, ZC: tl.constexpr, RB: tl.constexpr, CH: tl.constexpr,
-                   TAB1: tl.constexpr, TAB2: tl.constexpr, EV: tl.constexpr):
+                   TAB1: tl.constexpr, TAB2: tl.constexpr, EV: tl.constexpr, PART: tl.constexpr,
+                   ROWMAJOR: tl.constexpr):
         """RB rows a program: their sums row by row (as stream), then their outputs column tile by
         column tile, down the block's rows, so that each thread adds the dweight terms of the
         columns it owns in registers (no cross-thread sum, no partial row in memory) and writes one
@@ -391,28 +392,42 @@ if triton is not None:
             tl.store(stats_ptr + 3 * row + 2, r * (tl.sum(acc_ua, axis=0) / H), mask=live)
         tl.debug_barrier()
         part = pid.to(tl.int64) * H
-        for j in range(0, H, CH):
-            cols = j + tl.arange(0, CH)
-            cm = cols < H
-            gam = _load_gamma(w_ptr, cols, cm, ZC)
-            dw = tl.zeros([CH], dtype=tl.float64)
-            dwg = tl.zeros([CH], dtype=tl.float64)
+        if ROWMAJOR:        # diagnostic: the outputs row by row (stream's order), dweight left out
             for i in range(RB):
-                row = first + i
-                live = row < T
-                m = cm & live
-                r = tl.load(stats_ptr + 3 * row, mask=live, other=0.0)
-                c = tl.load(stats_ptr + 3 * row + 1, mask=live, other=0.0)
-                q = tl.load(stats_ptr + 3 * row + 2, mask=live, other=0.0)
-                off = row.to(tl.int64) * H + cols
-                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "evict_first")
-                s, oms = _silu_parts(graw, t, tab_ptr, m, TAB2)
-                dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
-                                             x, t, dy, gam, s, oms, r, c, q, EV)
-                dw += dw_t
-                dwg += dwg_t
-            tl.store(dw_part_ptr + part + cols, dw, mask=cm)
-            tl.store(dwg_part_ptr + part + cols, dwg, mask=cm)
+                for j in range(0, H, CH):
+                    _sweep_outputs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, stats_ptr, y_ptr, dgate_ptr, dx_ptr,
+                                   dgate_g_ptr, dx_g_ptr, first + i, j + tl.arange(0, CH), T, H, ZC, TAB2, EV)
+        else:
+            for j in range(0, H, CH):
+                cols = j + tl.arange(0, CH)
+                dw = tl.zeros([CH], dtype=tl.float64)
+                dwg = tl.zeros([CH], dtype=tl.float64)
+                for i in range(RB):
+                    dw_t, dwg_t = _sweep_outputs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, stats_ptr, y_ptr, dgate_ptr,
+                                                 dx_ptr, dgate_g_ptr, dx_g_ptr, first + i, cols, T, H, ZC, TAB2, EV)
+                    dw += dw_t
+                    dwg += dwg_t
+                if PART:    # else (a timing diagnostic) the dweight terms are left out
+                    tl.store(dw_part_ptr + part + cols, dw, mask=cols < H)
+                    tl.store(dwg_part_ptr + part + cols, dwg, mask=cols < H)
+
+    @triton.jit
+    def _sweep_outputs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, stats_ptr, y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr,
+                       dx_g_ptr, row, cols, T, H: tl.constexpr, ZC: tl.constexpr, TAB2: tl.constexpr,
+                       EV: tl.constexpr):
+        """One row's outputs over the columns cols (its r, c, q from stats_ptr); its dweight terms."""
+        live = row < T
+        cm = cols < H
+        m = cm & live
+        r = tl.load(stats_ptr + 3 * row, mask=live, other=0.0)
+        c = tl.load(stats_ptr + 3 * row + 1, mask=live, other=0.0)
+        q = tl.load(stats_ptr + 3 * row + 2, mask=live, other=0.0)
+        off = row.to(tl.int64) * H + cols
+        x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "evict_first")
+        gam = _load_gamma(w_ptr, cols, cm, ZC)
+        s, oms = _silu_parts(graw, t, tab_ptr, m, TAB2)
+        return _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
+                              x, t, dy, gam, s, oms, r, c, q, EV)
 
     @triton.jit
     def _add_partial(dw_ptr, dwg_ptr, cols, cm, add, dw_t, dwg_t):
@@ -586,16 +601,18 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
                          reverse: bool = True, rows: int | None = None, strip: int | None = None,
                          programs: int | None = None, prefetch: bool = True, reconvert: bool = False,
                          evict: str = "", maxnreg: int | None = None,
-                         partials: bool = True, poison: bool = False
+                         partials: bool = True, poison: bool = False, row_major: bool = False
                          ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Values of y, dx, dgate, dweight and gauges of dx, dgate, dweight, as exact_outputs_fused (n,
     dn and the |value| gauges on first use). The layouts (module docstring) and their launch
     options: "blocks" rows_per_block, chunk, warps, reverse (its second pass from the last column
     chunk, for L2 hits); "strips" rows, strip; "rows" programs, warps, prefetch, reconvert, evict
     (the float64 stores' eviction policy), maxnreg; "stream" rows_per_block, chunk, warps, evict,
-    partials; "pair" rows_per_block, chunk, warps, partials. table: a 16-bit gate's sigmoids from
-    references.fast.sigmoid_table instead of an exp per element ("stream": a pair, for its sums'
-    loop and its outputs' loop). partials False (a timing diagnostic) leaves dweight out: NaN.
+    partials; "pair" rows_per_block, chunk, warps, partials; "sweep" rows_per_block, chunk, warps,
+    evict, partials, row_major (with partials False: the outputs in stream's order, a diagnostic);
+    "smem" chunk, warps, programs, evict. table: a 16-bit gate's sigmoids from
+    references.fast.sigmoid_table instead of an exp per element ("stream", "sweep", "smem": a pair,
+    for the sums' loop and the outputs' loop). partials False (a timing diagnostic) leaves dweight out: NaN.
     poison: the outputs start as NaN rather than whatever memory the allocator hands back, so that
     an element a kernel fails to write shows (on CUDA a freed block of the same size often still
     holds a previous call's correct values)."""
@@ -607,8 +624,10 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         raise ValueError(f"table {table!r}: a pair only for the stream, sweep and smem layouts")
     if evict and layout not in ("rows", "stream", "sweep", "smem"):
         raise ValueError(f"evict {evict!r}: only the rows, stream, sweep and smem layouts set the stores' eviction policy")
-    if not partials and layout not in ("stream", "pair"):
-        raise ValueError("partials=False: only the stream and pair layouts can leave dweight out")
+    if not partials and layout not in ("stream", "pair", "sweep"):
+        raise ValueError("partials=False: only the stream, pair and sweep layouts can leave dweight out")
+    if row_major and (layout != "sweep" or partials):
+        raise ValueError("row_major: a timing diagnostic of the sweep layout, with partials=False")
     shape, hidden = inp.x.shape, inp.hidden
     x, g, dy = (t.contiguous().reshape(-1, hidden) for t in (inp.x, inp.gate, inp.dy))
     tokens, dev = x.shape[0], x.device
@@ -657,11 +676,12 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         tab1, tab2 = (table, table) if isinstance(table, bool) else table
         _row_sweep[(blocks,)](x, g, dy, w, eps, tab, stats, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
                               tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB1=bool(tab1) and use_tab,
-                              TAB2=bool(tab2) and use_tab, EV=evict, num_warps=nw)
+                              TAB2=bool(tab2) and use_tab, EV=evict, PART=partials, ROWMAJOR=row_major,
+                              num_warps=nw)
     elif layout == "smem":
         if gluon is None:
             raise RuntimeError("layout 'smem': needs Triton's Gluon (triton.experimental.gluon)")
-        ch = chunk or min(triton.next_power_of_2(max(hidden, 1)), 1024)
+        ch = chunk or max(32, min(triton.next_power_of_2(max(hidden, 1)), 1024))    # a warp: 32 lanes
         nw = warps or max(1, min(16, ch // 128))
         if ch % (32 * nw):
             raise ValueError(f"smem: chunk {ch} must be a multiple of 32 x warps ({32 * nw})")

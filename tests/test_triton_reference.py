@@ -102,7 +102,8 @@ def test_triton_reference_layout_must_be_one_of_the_layouts():
 @pytest.mark.parametrize("kw, match", [({"layout": "rows", "table": (True, False)}, "a pair only for the stream"),
                                        ({"layout": "pair", "table": (True, True)}, "a pair only for the stream, sweep and smem"),
                                        ({"layout": "blocks", "evict": "evict_first"}, "eviction policy"),
-                                       ({"layout": "strips", "partials": False}, "leave dweight out")])
+                                       ({"layout": "strips", "partials": False}, "leave dweight out"),
+                                       ({"layout": "sweep", "row_major": True}, "row_major")])
 def test_triton_reference_refuses_options_its_layout_ignores(kw, match):
     pytest.importorskip("triton")
     from references.triton_reference import exact_outputs_triton
