@@ -2,7 +2,7 @@
 reference time spent in mpmath certification.
 
     python bench/bench_reference.py [--device cuda] [--tokens 8192] [--hidden 4096] [--dtype bf16] [--profile] [--tune]
-                                    [--triton [--layouts blocks,strips,rows,stream,pair,sweep,smem,hybrid]]
+                                    [--triton [--layouts blocks,strips,rows,stream,pair,sweep,smem,regs,hybrid]]
 
 Times the eager closed forms (references.exact.exact_outputs) and the fused torch.compile version
 (references.fast.exact_outputs_fused, each sigmoid-table mode and both ways of writing dx's row
@@ -279,6 +279,14 @@ def main():
                                                  (1024, 8, 264, (True, False), "evict_first"),
                                                  (1024, 8, 264, False, "evict_first"), (1024, 8, 264, True, ""),
                                                  (1024, 8, 528, True, "evict_first"))]
+        # regs: stream's order, persistent programs, the dweight partial row in registers (a tuple of steps)
+        variants += [("regs", dict(chunk=ch, warps=nw, programs=pr, evict=ev), tab)
+                     for ch, nw, pr, tab, ev in ((1024, 16, 132, True, "evict_first"), (512, 16, 132, True, "evict_first"),
+                                                 (1024, 16, 264, True, "evict_first"),
+                                                 (1024, 16, 132, (True, False), "evict_first"),
+                                                 (1024, 16, 132, False, "evict_first"), (1024, 16, 132, True, ""),
+                                                 (2048, 16, 132, True, "evict_first"), (1024, 32, 132, True, "evict_first"),
+                                                 (512, 8, 132, True, "evict_first"))]
         variants = [v for v in variants if v[0] in a.layouts.split(",")]
         for layout, kw, tab in variants:
             if layout == "blocks":
@@ -305,6 +313,9 @@ def main():
                 shape = (f"smem (Gluon), {kw['programs']} persistent programs, one row at a time, {kw['chunk']} "
                          f"columns, {kw['warps']} warps, dweight partial row in shared memory, "
                          f"stores {kw['evict'] or 'default'}")
+            elif layout == "regs":
+                shape = (f"regs, {kw['programs']} persistent programs, one row at a time, {kw['chunk']} columns, "
+                         f"{kw['warps']} warps, dweight partial row in registers, stores {kw['evict'] or 'default'}")
             elif layout == "rows":
                 hp, nprog, nw = rows_launch(a.tokens, a.hidden, inp.x.device, kw.get("programs"), kw.get("warps"))
                 shape = (f"persistent rows, {nprog} programs of {nw} warps, prefetch {kw['prefetch']}, "

@@ -430,6 +430,66 @@ if triton is not None:
                               x, t, dy, gam, s, oms, r, c, q, EV)
 
     @triton.jit
+    def _add3(a0, a1, a2, b0, b1, b2):
+        return a0 + b0, a1 + b1, a2 + b2
+
+    @triton.jit
+    def _set(tup, j: tl.constexpr, v):
+        """tup with its element j replaced by v (tuples are immutable in Triton)."""
+        return tup[:j] + (v,) + tup[j + 1:]
+
+    @triton.jit
+    def _rows_regs(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
+                   y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
+                   T, H: tl.constexpr, ZC: tl.constexpr, CH: tl.constexpr, TAB1: tl.constexpr,
+                   TAB2: tl.constexpr, EV: tl.constexpr):
+        """Stream's order (a row's sums, then its outputs from L1/L2, CH columns a step) in
+        persistent programs (rows pid, pid + P, ...) whose dweight partial row stays in registers:
+        one [CH] accumulator a column step, in a tuple (the steps unrolled), so that each thread
+        adds the terms of the columns it owns; written out once a program."""
+        NT: tl.constexpr = (H + CH - 1) // CH
+        pid = tl.program_id(0)
+        eps = tl.load(eps_ptr)
+        dws = (tl.zeros([CH], dtype=tl.float64),) * NT
+        dwgs = (tl.zeros([CH], dtype=tl.float64),) * NT
+        step = tl.num_programs(0)
+        for i in range(0, tl.cdiv(T - pid, step)):       # rows pid, pid + step, ... (a grid of <= T)
+            base = (pid + i * step).to(tl.int64) * H
+            acc_xx = tl.zeros([CH], dtype=tl.float64)
+            acc_u = tl.zeros([CH], dtype=tl.float64)
+            acc_ua = tl.zeros([CH], dtype=tl.float64)
+            for j in range(0, H, CH):
+                cols = j + tl.arange(0, CH)
+                cm = cols < H
+                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, base + cols, cm, "evict_last")
+                gam = _load_gamma(w_ptr, cols, cm, ZC)
+                s, _ = _silu_parts(graw, t, tab_ptr, cm, TAB1)
+                xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
+                acc_xx += xx
+                acc_u += u
+                acc_ua += ua
+            sxx, su, sua = tl.reduce((acc_xx, acc_u, acc_ua), 0, _add3)     # one pass over shared memory
+            r = 1.0 / tl.sqrt(sxx / H + eps)     # fp64 sqrt: sqrt.rn.f64
+            c = r * (su / H)
+            q = r * (sua / H)
+            for k in tl.static_range(NT):
+                cols = k * CH + tl.arange(0, CH)
+                cm = cols < H
+                off = base + cols
+                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, cm, "evict_first")
+                gam = _load_gamma(w_ptr, cols, cm, ZC)
+                s, oms = _silu_parts(graw, t, tab_ptr, cm, TAB2)
+                dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, cm,
+                                             x, t, dy, gam, s, oms, r, c, q, EV)
+                dws = _set(dws, k, dws[k] + dw_t)
+                dwgs = _set(dwgs, k, dwgs[k] + dwg_t)
+        part = pid.to(tl.int64) * H
+        for k in tl.static_range(NT):
+            cols = k * CH + tl.arange(0, CH)
+            tl.store(dw_part_ptr + part + cols, dws[k], mask=cols < H)
+            tl.store(dwg_part_ptr + part + cols, dwgs[k], mask=cols < H)
+
+    @triton.jit
     def _add_partial(dw_ptr, dwg_ptr, cols, cm, add, dw_t, dwg_t):
         pm = cm & add
         dw_old = tl.load(dw_ptr + cols, mask=pm, other=0.0)
@@ -561,7 +621,7 @@ if gluon is not None:
             gl.store(dwg_part_ptr + part + cols, dwg_s.index(j).load(L), mask=cm)
 
 
-LAYOUTS = ("blocks", "strips", "rows", "stream", "pair", "sweep", "smem")
+LAYOUTS = ("blocks", "strips", "rows", "stream", "pair", "sweep", "smem", "regs")
 
 
 def blocks_launch(tokens: int, hidden: int, rows_per_block: int | None = None, chunk: int | None = None,
@@ -610,7 +670,7 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
     (the float64 stores' eviction policy), maxnreg; "stream" rows_per_block, chunk, warps, evict,
     partials; "pair" rows_per_block, chunk, warps, partials; "sweep" rows_per_block, chunk, warps,
     evict, partials, row_major (with partials False: the outputs in stream's order, a diagnostic);
-    "smem" chunk, warps, programs, evict. table: a 16-bit gate's sigmoids from
+    "smem" chunk, warps, programs, evict; "regs" chunk, warps, programs, evict, maxnreg. table: a 16-bit gate's sigmoids from
     references.fast.sigmoid_table instead of an exp per element ("stream", "sweep", "smem": a pair,
     for the sums' loop and the outputs' loop). partials False (a timing diagnostic) leaves dweight out: NaN.
     poison: the outputs start as NaN rather than whatever memory the allocator hands back, so that
@@ -620,10 +680,11 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         raise RuntimeError("references.triton_reference: Triton is not installed")
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: one of {LAYOUTS}")
-    if isinstance(table, tuple) and layout not in ("stream", "sweep", "smem"):
-        raise ValueError(f"table {table!r}: a pair only for the stream, sweep and smem layouts")
-    if evict and layout not in ("rows", "stream", "sweep", "smem"):
-        raise ValueError(f"evict {evict!r}: only the rows, stream, sweep and smem layouts set the stores' eviction policy")
+    if isinstance(table, tuple) and layout not in ("stream", "sweep", "smem", "regs"):
+        raise ValueError(f"table {table!r}: a pair only for the stream, sweep, smem and regs layouts")
+    if evict and layout not in ("rows", "stream", "sweep", "smem", "regs"):
+        raise ValueError(f"evict {evict!r}: only the rows, stream, sweep, smem and regs layouts set the stores' "
+                         "eviction policy")
     if not partials and layout not in ("stream", "pair", "sweep"):
         raise ValueError("partials=False: only the stream, pair and sweep layouts can leave dweight out")
     if row_major and (layout != "sweep" or partials):
@@ -678,6 +739,18 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
                               tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB1=bool(tab1) and use_tab,
                               TAB2=bool(tab2) and use_tab, EV=evict, PART=partials, ROWMAJOR=row_major,
                               num_warps=nw)
+    elif layout == "regs":
+        ch = chunk or max(32, min(triton.next_power_of_2(max(hidden, 1)), 1024))
+        nw = warps or max(1, min(16, ch // 64))
+        if -(-hidden // ch) > 16:          # one register accumulator a step, the steps unrolled
+            raise ValueError(f"regs: at most 16 column steps, got hidden {hidden} / chunk {ch}")
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 4
+        nprog = max(1, min(programs or sms, tokens))
+        dw_part, dwg_part = alloc(nprog, hidden), alloc(nprog, hidden)
+        tab1, tab2 = (table, table) if isinstance(table, bool) else table
+        _rows_regs[(nprog,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
+                             tokens, hidden, ZC=zc, CH=ch, TAB1=bool(tab1) and use_tab, TAB2=bool(tab2) and use_tab,
+                             EV=evict, num_warps=nw, **({"maxnreg": maxnreg} if maxnreg else {}))
     elif layout == "smem":
         if gluon is None:
             raise RuntimeError("layout 'smem': needs Triton's Gluon (triton.experimental.gluon)")

@@ -46,6 +46,9 @@ def check_all(device: str) -> None:
             for c in CASES] + \
            [(c, {"layout": "rows", "programs": 4, "reconvert": True, "table": True}) for c in CASES
             if device == "cuda"] + \
+           [(c, {"layout": "regs", "programs": 3, "table": (True, False)}) for c in CASES] + \
+           [(c, {"layout": "regs", "programs": 2, "chunk": 16, "warps": 1, "evict": "evict_first"}) for c in CASES
+            if c[0][-1] <= 130] + \
            [(c, kw) for c in CASES if device == "cuda"      # inline PTX, Gluon: not in the interpreter
             for kw in ({"layout": "smem", "chunk": 64, "warps": 1, "programs": 3, "table": (True, False)},
                        {"layout": "smem", "table": True, "evict": "evict_first"}, {"layout": "smem"})]
@@ -100,7 +103,7 @@ def test_triton_reference_layout_must_be_one_of_the_layouts():
 
 
 @pytest.mark.parametrize("kw, match", [({"layout": "rows", "table": (True, False)}, "a pair only for the stream"),
-                                       ({"layout": "pair", "table": (True, True)}, "a pair only for the stream, sweep and smem"),
+                                       ({"layout": "pair", "table": (True, True)}, "a pair only for the stream, sweep, smem and regs"),
                                        ({"layout": "blocks", "evict": "evict_first"}, "eviction policy"),
                                        ({"layout": "strips", "partials": False}, "leave dweight out"),
                                        ({"layout": "sweep", "row_major": True}, "row_major")])
@@ -109,6 +112,13 @@ def test_triton_reference_refuses_options_its_layout_ignores(kw, match):
     from references.triton_reference import exact_outputs_triton
     with pytest.raises(ValueError, match=match):
         exact_outputs_triton(make_inputs((2, 8), torch.bfloat16), **kw)
+
+
+def test_triton_reference_regs_refuses_more_column_steps_than_it_unrolls():
+    pytest.importorskip("triton")
+    from references.triton_reference import exact_outputs_triton
+    with pytest.raises(ValueError, match="at most 16 column steps, got hidden 300 / chunk 16"):
+        exact_outputs_triton(make_inputs((2, 300), torch.bfloat16), layout="regs", chunk=16)
 
 
 def test_column_sums_triton_refuses_a_wrong_rsqrt():
