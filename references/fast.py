@@ -1,5 +1,7 @@
-"""Fused (torch.compile) versions of the float64 reference work: `exact_outputs_fused` and
-`undecided_fast`.
+"""Fused (Triton or torch.compile) versions of the float64 reference work: `exact_outputs_fused`
+and `undecided_fast`. On CUDA, exact_outputs_fused runs the hand-written Triton kernel of
+references/triton_reference.py where it fits (FUSED_BACKEND, triton_pass_fits), else the graph below
+through Inductor.
 
 The same closed forms as references.exact (sigmoid(t) and sigmoid(-t) from one shared exp, or
 looked up in a float64 table of every value of a 16-bit gate dtype: by default in the dweight
@@ -18,6 +20,7 @@ a power of two, round-half-even, comparisons), so there is nothing for the compi
 """
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
@@ -97,6 +100,24 @@ TABLE_MODES = ("off", "all", "columns")
 # run through a GPU sweep, so the default stays as before.
 FUSED_ROW_SUMS = "xhat"
 ROW_SUM_MODES = ("xhat", "raw")
+# Which pass exact_outputs_fused runs on a CUDA tensor: "triton", the hand-written "regs" kernel of
+# references/triton_reference.py (one pass: each row's sums, then its outputs from L1/L2, dweight
+# summed in registers; sigmoid from the table of a 16-bit gate) where it fits — Triton installed, a
+# row of at most TRITON_MAX_HIDDEN columns (its per-thread dweight accumulators grow with the row:
+# no register spills up to 4096 at 16 warps, compiled for sm_90a) — else Inductor's; or "inductor".
+# Measured on the H200 (bench/RESULTS.md, run 12; 8192x4096 bf16): 0.48 ms of kernels (0.49-0.50
+# wall) against Inductor's 0.59-0.62.
+FUSED_BACKEND = os.environ.get("HARNESS_FUSED_BACKEND", "triton")     # e.g. to rule the Triton pass out
+BACKENDS = ("triton", "inductor")
+TRITON_MAX_HIDDEN = 4096
+
+
+def triton_pass_fits(inp: Inputs) -> bool:
+    """Whether exact_outputs_fused's Triton pass applies: CUDA, Triton installed, a short enough row."""
+    if not inp.x.is_cuda or inp.hidden > TRITON_MAX_HIDDEN:
+        return False
+    from references import triton_reference      # imports this module: not at the top
+    return triton_reference.available()
 
 
 # ---------------------------------------------------------------------------------- exact outputs
@@ -196,16 +217,27 @@ def _compiled_outputs(key, table_mode: str = "off", columns: bool = True, row_su
 
 
 def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """references.exact.exact_outputs through torch.compile: one pass per row writing the values
-    of y, dx, dgate and the gauges of dx and dgate, and the dweight column sums. The rest (n, dn,
-    the |value| gauges of y, n, dn) is computed eagerly on first use (exact.Derived)."""
+    """references.exact.exact_outputs in one fused pass: on CUDA the Triton kernel where it fits
+    (FUSED_BACKEND), else through torch.compile (a row kernel writing the values of y, dx, dgate
+    and the gauges of dx and dgate, and the dweight column sums). The rest (n, dn, the |value|
+    gauges of y, n, dn) is computed eagerly on first use (exact.Derived)."""
     if inp.x.numel() == 0:
         return exact_outputs(inp)
     if FUSED_SIGMOID_TABLE not in TABLE_MODES:           # a setting, not a compile failure: raise
         raise ValueError(f"references.fast.FUSED_SIGMOID_TABLE {FUSED_SIGMOID_TABLE!r}: one of {TABLE_MODES}")
     if FUSED_ROW_SUMS not in ROW_SUM_MODES:
         raise ValueError(f"references.fast.FUSED_ROW_SUMS {FUSED_ROW_SUMS!r}: one of {ROW_SUM_MODES}")
+    if FUSED_BACKEND not in BACKENDS:
+        raise ValueError(f"references.fast.FUSED_BACKEND {FUSED_BACKEND!r}: one of {BACKENDS}")
     key = _key(inp)
+    if FUSED_BACKEND == "triton" and ("triton",) + key not in _FAILED and triton_pass_fits(inp):
+        try:
+            from references.triton_reference import exact_outputs_triton
+            return exact_outputs_triton(inp, layout="regs", table=has_sigmoid_table(inp.gate.dtype),
+                                        evict="evict_first")
+        except Exception as err:     # no compiler for this GPU, out of resources, ...: Inductor from now on
+            _FAILED.add(("triton",) + key)
+            _warn_once("the Triton reference pass", err, "Inductor's pass")
     if key not in _FAILED:
         try:
             mode = FUSED_SIGMOID_TABLE if has_sigmoid_table(inp.gate.dtype) else "off"

@@ -1,9 +1,15 @@
-"""The exact (float64) reference in hand-written Triton kernels: none beats Inductor's fused pass
-(references/fast.py) as a whole, so all are used only by bench/bench_reference.py --triton.
+"""The exact (float64) reference in hand-written Triton kernels. The "regs" layout is the harness's
+pass on CUDA where it fits (references.fast.exact_outputs_fused, FUSED_BACKEND; rows of at most
+4096 columns); the others are kept for bench/bench_reference.py --triton, as the record of what
+was tried.
 
 Layouts of `exact_outputs_triton` (each writes the values of y, dx, dgate and the gauges of dx,
 dgate in float64, and sums dweight into partial rows added up in a fixed order — deterministic, no
 atomics):
+* "regs": persistent programs of 16 warps, one row at a time in CH-column steps: its three sums
+  (one reduction), then its outputs (the inputs again, from L1/L2), each thread adding the dweight
+  terms of the columns it owns into registers (a tuple of one accumulator a step, the steps
+  unrolled); one partial row a program;
 * "blocks": RB whole rows a program, CH columns a step, two passes (the row sums of x^2, of
   u = dy silu gam x and of |u|, which give the rsqrt, the dx projection and its gauge; then the
   outputs), the dweight terms summed over the block's rows into one partial row a block;
@@ -13,16 +19,22 @@ atomics):
 * "stream": RB rows a program one at a time in 1-D tiles, dweight added into the program's
   partial row by the thread owning each element;
 * "pair": Inductor's own way of writing the row kernel (two loops, [XB, RBLK] tiles), as a
-  check that hand-written code is not what is slow.
-`column_sums_triton` is dweight alone, from each row's rsqrt: with Inductor's row graph without
-its column sums (fast._compiled_outputs(columns=False)) it is the best complete pass measured.
+  check that hand-written code is not what is slow;
+* "sweep": RB rows a program, their sums row by row, then their outputs column step by column
+  step down the rows (dweight in registers for one step; the inputs re-read RB rows later);
+* "smem" (Gluon): stream's order in persistent programs, the partial row in shared memory.
+`column_sums_triton` is dweight alone, from each row's rsqrt (with Inductor's row graph without
+its column sums, fast._compiled_outputs(columns=False): the "hybrid" of the bench).
 
-On the H200, 8192x4096 bf16 (bench/RESULTS.md, runs 10-11; floor 0.25 ms; kernel times from
-torch.profiler where run 11 took them, else wall): Inductor's pass 0.61-0.62 ms of kernels (0.63-0.66
-wall); Inductor's row graph + column_sums_triton 0.59-0.60 (0.58-0.64 wall); stream 0.64-1.06, rows
-0.69-1.95, pair with dweight 0.94-2.65; blocks 0.94-2.55 and strips 0.90-1.01 (wall, run 10).
-Without dweight the five float64 outputs take 0.43-0.47 ms (Inductor, wall) or 0.48-0.49 (stream with
-the table, kernels); dweight adds 0.12-0.17 ms as a kernel of its own, more inside the row kernel.
+On the H200, 8192x4096 bf16 (bench/RESULTS.md, runs 10-12; floor 0.25 ms; kernel times from
+torch.profiler where taken, else wall): regs 0.48 ms of kernels (0.49-0.50 wall); Inductor's pass
+0.59-0.62; the hybrid 0.59-0.60; sweep 0.57-0.66; stream 0.64-1.06, rows 0.69-1.95, smem
+0.71-0.98, pair with dweight 0.94-2.65; blocks 0.94-2.55 and strips 0.90-1.01 (wall, run 10).
+What the runs showed: without dweight the five float64 outputs take ~0.43 ms written in stream's
+order (each row's second read from L1), more the further back the re-read (sweep); dweight costs
+little only where each thread sums its own columns in registers — through memory (stream's
+partial rows, sweep's per-block partials), shared memory behind barriers (smem) or cross-warp
+tile sums (pair, blocks) it costs 0.05-2 ms.
 
 The closed forms are references.exact's, with fast.py's sigmoid table of a 16-bit gate (or its
 shared exp for sigmoid(t) and sigmoid(-t)), so the values agree with the eager ones within

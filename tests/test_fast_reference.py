@@ -224,3 +224,65 @@ def test_fused_row_sums_setting_must_be_a_mode(monkeypatch):
     monkeypatch.setattr(fast, "FUSED_ROW_SUMS", "RAW")
     with pytest.raises(ValueError, match="FUSED_ROW_SUMS 'RAW'"):
         fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
+
+
+def test_fused_backend_setting_must_be_a_backend(monkeypatch):
+    from references import fast
+    monkeypatch.setattr(fast, "FUSED_BACKEND", "cuda")
+    with pytest.raises(ValueError, match="FUSED_BACKEND 'cuda'"):
+        fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
+
+
+def test_triton_pass_is_for_cuda_rows_it_holds_in_registers():
+    from references import fast
+    assert not fast.triton_pass_fits(make_inputs((2, 8), torch.bfloat16))          # CPU: Inductor's pass
+    if not torch.cuda.is_available():
+        pytest.skip("the rest needs CUDA")
+    from references import triton_reference
+    assert fast.triton_pass_fits(make_inputs((2, 4096), torch.bfloat16).to("cuda")) == triton_reference.available()
+    assert not fast.triton_pass_fits(make_inputs((2, 4097), torch.bfloat16).to("cuda"))
+
+
+def _agrees_with_eager(inp, vf, gf):
+    v, g = exact_outputs(inp)
+    bound = float64_error_bound(inp)
+    for k in ("y", "dx", "dgate", "dweight"):
+        assert vf[k].shape == v[k].shape and vf[k].dtype == torch.float64, k
+        assert torch.equal(vf[k].isnan(), v[k].isnan()), k
+        ok = ~v[k].isnan()
+        assert torch.all((vf[k][ok] - v[k][ok]).abs() <= bound[k] * g[k][ok] + 1e-300), k
+        assert torch.all((gf[k][ok] - g[k][ok]).abs() <= bound[k] * g[k][ok] + 1e-300), k
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA")
+def test_fused_pass_on_cuda_runs_triton_where_it_fits_else_inductor(monkeypatch):
+    pytest.importorskip("triton")
+    from references import fast, triton_reference
+    monkeypatch.setattr(fast, "FUSED_BACKEND", "triton")
+    calls, real = [], triton_reference.exact_outputs_triton
+    monkeypatch.setattr(triton_reference, "exact_outputs_triton",
+                        lambda inp, **kw: calls.append((inp.hidden, kw)) or real(inp, **kw))
+    for shape, dtype in (((24, 4096), torch.bfloat16), ((5, 300), torch.float32), ((3, 4100), torch.bfloat16)):
+        inp = make_inputs(shape, dtype, True, gate_scale=4.0, gate_shift=-1.0, seed=3).to("cuda")
+        vf, gf = fast.exact_outputs_fused(inp)
+        _agrees_with_eager(inp, vf, gf)
+    assert calls == [(4096, {"layout": "regs", "table": True, "evict": "evict_first"}),
+                     (300, {"layout": "regs", "table": False, "evict": "evict_first"})]   # 4100: Inductor
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA")
+def test_fused_pass_falls_back_to_inductor_when_the_triton_pass_fails(monkeypatch):
+    pytest.importorskip("triton")
+    from references import fast, triton_reference
+    monkeypatch.setattr(fast, "FUSED_BACKEND", "triton")
+
+    def broken(inp, **kw):
+        raise RuntimeError("out of resources")
+    monkeypatch.setattr(triton_reference, "exact_outputs_triton", broken)
+    monkeypatch.setattr(fast, "_WARNED", set())
+    monkeypatch.setattr(fast, "_FAILED", set())
+    inp = make_inputs((4, 256), torch.bfloat16, seed=11).to("cuda")
+    with pytest.warns(RuntimeWarning, match="the Triton reference pass failed .*out of resources.*Inductor's pass"):
+        vf, gf = fast.exact_outputs_fused(inp)
+    assert ("triton",) + fast._key(inp) in fast._FAILED and fast._key(inp) not in fast._FAILED
+    _agrees_with_eager(inp, vf, gf)
