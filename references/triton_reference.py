@@ -454,11 +454,12 @@ if triton is not None:
     def _rows_regs(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
                    y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, dw_part_ptr, dwg_part_ptr,
                    T, H: tl.constexpr, ZC: tl.constexpr, CH: tl.constexpr, TAB1: tl.constexpr,
-                   TAB2: tl.constexpr, EV: tl.constexpr):
+                   TAB2: tl.constexpr, EV: tl.constexpr, PS: tl.constexpr):
         """Stream's order (a row's sums, then its outputs from L1/L2, CH columns a step) in
         persistent programs (rows pid, pid + P, ...) whose dweight partial row stays in registers:
         one [CH] accumulator a column step, in a tuple (the steps unrolled), so that each thread
-        adds the terms of the columns it owns; written out once a program."""
+        adds the terms of the columns it owns; written out once a program (dw_part_ptr and dwg_part_ptr
+        rows PS apart: one buffer, summed by one kernel)."""
         NT: tl.constexpr = (H + CH - 1) // CH
         pid = tl.program_id(0)
         eps = tl.load(eps_ptr)
@@ -495,7 +496,7 @@ if triton is not None:
                                              x, t, dy, gam, s, oms, r, c, q, EV)
                 dws = _set(dws, k, dws[k] + dw_t)
                 dwgs = _set(dwgs, k, dwgs[k] + dwg_t)
-        part = pid.to(tl.int64) * H
+        part = pid.to(tl.int64) * PS     # the partial rows' stride: dw and dwg interleaved a row each
         for k in tl.static_range(NT):
             cols = k * CH + tl.arange(0, CH)
             tl.store(dw_part_ptr + part + cols, dws[k], mask=cols < H)
@@ -668,6 +669,18 @@ def launch_shape(tokens: int, hidden: int, rows: int | None = None,
     return chunk, rows or max(rb, 256), rb, bh
 
 
+_CONSTANTS: dict = {}
+
+
+def _constant(value: float, dev, n: int = 1) -> torch.Tensor:
+    """A float64 tensor of n copies of value on dev, made once (a fill, no host-to-device copy,
+    which would synchronise) and kept: each call of the pass would otherwise launch the fill."""
+    key = (value, str(dev), n)
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = torch.full((n,), value, dtype=torch.float64, device=dev)
+    return _CONSTANTS[key]
+
+
 def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = False,
                          rows_per_block: int | None = None, chunk: int | None = None, warps: int | None = None,
                          reverse: bool = True, rows: int | None = None, strip: int | None = None,
@@ -708,8 +721,8 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
     w = inp.weight.contiguous()
     zc = bool(inp.zero_centered_gamma)
     use_tab = bool(table) and has_sigmoid_table(g.dtype)
-    tab = sigmoid_table(g.dtype, dev) if use_tab else torch.zeros(2, **f64)
-    eps = torch.full((1,), float(inp.eps), **f64)      # a fill: no host-to-device copy, which would sync
+    tab = sigmoid_table(g.dtype, dev) if use_tab else _constant(0.0, dev, 2)       # (unread without the table)
+    eps = _constant(float(inp.eps), dev)
     alloc = (lambda *size: torch.full(size, float("nan"), **f64)) if poison else \
         (lambda *size: torch.empty(size, **f64))
     y, dgate, dx, dgate_g, dx_g = (alloc(tokens, hidden) for _ in range(5))
@@ -758,11 +771,12 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
             raise ValueError(f"regs: at most 16 column steps, got hidden {hidden} / chunk {ch}")
         sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 4
         nprog = max(1, min(programs or sms, tokens))
-        dw_part, dwg_part = alloc(nprog, hidden), alloc(nprog, hidden)
+        parts = alloc(nprog, 2, hidden)           # a program's dw and dwg rows side by side: one sum
         tab1, tab2 = (table, table) if isinstance(table, bool) else table
-        _rows_regs[(nprog,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
+        _rows_regs[(nprog,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, parts[:, 0], parts[:, 1],
                              tokens, hidden, ZC=zc, CH=ch, TAB1=bool(tab1) and use_tab, TAB2=bool(tab2) and use_tab,
-                             EV=evict, num_warps=nw, **({"maxnreg": maxnreg} if maxnreg else {}))
+                             EV=evict, PS=2 * hidden, num_warps=nw, **({"maxnreg": maxnreg} if maxnreg else {}))
+        dw, dwg = parts.sum(0)
     elif layout == "smem":
         if gluon is None:
             raise RuntimeError("layout 'smem': needs Triton's Gluon (triton.experimental.gluon)")
@@ -794,7 +808,9 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         _golden_tiles[(-(-hidden // bh), blocks)](x, g, dy, w, tab, stats, y, dgate, dx, dgate_g, dx_g, dw_part,
                                                   dwg_part, tokens, hidden, rows, ZC=zc, RB=rb, BH=bh, TAB=use_tab,
                                                   num_warps=max(1, min(8, rb * bh // 256)))
-    if partials:
+    if layout == "regs":
+        pass                   # summed above
+    elif partials:
         dw, dwg = dw_part.sum(0), dwg_part.sum(0)
     else:                  # the partial rows were never written: no sum over them (nor its time)
         dw = dwg = torch.full((hidden,), float("nan"), **f64)
