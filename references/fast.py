@@ -105,8 +105,8 @@ ROW_SUM_MODES = ("xhat", "raw")
 # summed in registers; sigmoid from the table of a 16-bit gate) where it fits — Triton installed, a
 # row of at most TRITON_MAX_HIDDEN columns (its per-thread dweight accumulators grow with the row:
 # no register spills up to 4096 at 16 warps, compiled for sm_90a) — else Inductor's; or "inductor".
-# Measured on the H200 (bench/RESULTS.md, run 12; 8192x4096 bf16): 0.48 ms of kernels (0.49-0.50
-# wall) against Inductor's 0.59-0.62.
+# Measured on the H200 (bench/RESULTS.md, run 12; 8192x4096 bf16): 0.46-0.48 ms of kernels (0.48-0.50
+# wall) against Inductor's 0.61-0.62 (0.63-0.65 wall).
 FUSED_BACKEND = os.environ.get("HARNESS_FUSED_BACKEND", "triton")     # e.g. to rule the Triton pass out
 BACKENDS = ("triton", "inductor")
 TRITON_MAX_HIDDEN = 4096
