@@ -43,6 +43,8 @@ travels as a float64 tensor (or a float64 constant): a Python float argument wou
 scalar in Triton."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from references.exact import Inputs, completed_on_use
@@ -669,6 +671,17 @@ def launch_shape(tokens: int, hidden: int, rows: int | None = None,
     return chunk, rows or max(rb, 256), rb, bh
 
 
+def _on_the_inputs_device(fn):
+    """Launch on the inputs' GPU: Triton launches on the current device, which may be another."""
+    @functools.wraps(fn)
+    def on_device(inp: Inputs, *args, **kwargs):
+        if not inp.x.is_cuda:
+            return fn(inp, *args, **kwargs)
+        with torch.cuda.device(inp.x.device):
+            return fn(inp, *args, **kwargs)
+    return on_device
+
+
 _CONSTANTS: dict = {}
 
 
@@ -681,6 +694,7 @@ def _constant(value: float, dev, n: int = 1) -> torch.Tensor:
     return _CONSTANTS[key]
 
 
+@_on_the_inputs_device
 def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = False,
                          rows_per_block: int | None = None, chunk: int | None = None, warps: int | None = None,
                          reverse: bool = True, rows: int | None = None, strip: int | None = None,
@@ -819,6 +833,7 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
                             {"dgate": dgate_g.reshape(shape), "dx": dx_g.reshape(shape), "dweight": dwg})
 
 
+@_on_the_inputs_device
 def column_sums_triton(inp: Inputs, r: torch.Tensor, table: bool = True, rows: int = 256, rb: int = 8,
                        bn: int = 128, warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """dweight and its gauge from the inputs and each row's rsqrt r (float64, one a row): strips
