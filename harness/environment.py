@@ -16,6 +16,11 @@ def environment(device: str) -> dict:
     if device.startswith("cuda") and torch.cuda.is_available():
         env["cuda"] = torch.version.cuda
         env["device_name"] = torch.cuda.get_device_name()
+        from references import fast        # the pass that builds the big cases' float64 references
+        env["reference_pass"] = (f"{fast.FUSED_BACKEND} (from {fast.FUSED_MIN_ELEMENTS} elements; Triton for "
+                                 f"{fast.TRITON_MIN_HIDDEN}-{fast.TRITON_MAX_HIDDEN} columns, eps >= "
+                                 f"{fast.TRITON_MIN_EPS:g}, else Inductor)" if fast.FUSED_BACKEND == "triton"
+                                 else f"{fast.FUSED_BACKEND} (from {fast.FUSED_MIN_ELEMENTS} elements)")
         try:
             import triton
             env["triton"] = triton.__version__

@@ -102,19 +102,30 @@ FUSED_ROW_SUMS = "xhat"
 ROW_SUM_MODES = ("xhat", "raw")
 # Which pass exact_outputs_fused runs on a CUDA tensor: "triton", the hand-written "regs" kernel of
 # references/triton_reference.py (one pass: each row's sums, then its outputs from L1/L2, dweight
-# summed in registers; sigmoid from the table of a 16-bit gate) where it fits — Triton installed, a
-# row of at most TRITON_MAX_HIDDEN columns (its per-thread dweight accumulators grow with the row:
-# no register spills up to 4096 at 16 warps, compiled for sm_90a) — else Inductor's; or "inductor".
-# Measured on the H200 (bench/RESULTS.md, run 12; 8192x4096 bf16): 0.46-0.48 ms of kernels (0.48-0.50
-# wall) against Inductor's 0.61-0.62 (0.63-0.65 wall).
+# summed in registers; sigmoid from the table of a 16-bit gate in both loops) where it fits, else
+# Inductor's; or "inductor". FUSED_SIGMOID_TABLE and FUSED_ROW_SUMS are Inductor's settings: the
+# Triton kernel always takes dx's row sums from the raw products (as FUSED_ROW_SUMS "raw", one loop).
+# Where it fits: Triton installed; rows of TRITON_MIN_HIDDEN to TRITON_MAX_HIDDEN columns (its
+# per-thread dweight accumulators grow with the row: 127 registers, no spills at 4096 columns and 16
+# warps for sm_90a, bench/gpu/run12/offline-registers.txt; narrower rows would leave one program
+# an SM with few warps: unmeasured); eps >= TRITON_MIN_EPS, because the raw products dy silu gam x
+# may underflow where the eager form's dxhat * xhat (xhat = x r) does not: each term loses at
+# most 2^-1075, so the dx projection c = r mean(u) (and its gauge's q) at most r 2^-1075, and dx =
+# r (dxhat - xhat c) at most r^2 |xhat| 2^-1075 <= eps^-1 sqrt(hidden) 2^-1075: below 1e-301 for eps
+# >= 1e-20 and 4096 columns — under the 1e-300 the tests allow absolutely, far under any 16/32-bit
+# output's smallest subnormal (eps 0 and subnormal x: off by 1e-262, found by review). Measured on the H200 (bench/RESULTS.md, run
+# 12; 8192x4096 bf16): 0.46-0.48 ms of kernels (0.48-0.50 wall) against Inductor's 0.61-0.62
+# (0.63-0.65 wall); the same verdicts on bench/suites/big.toml through either.
 FUSED_BACKEND = os.environ.get("HARNESS_FUSED_BACKEND", "triton")     # e.g. to rule the Triton pass out
 BACKENDS = ("triton", "inductor")
-TRITON_MAX_HIDDEN = 4096
+TRITON_MIN_HIDDEN, TRITON_MAX_HIDDEN = 1024, 4096
+TRITON_MIN_EPS = 1e-20
 
 
 def triton_pass_fits(inp: Inputs) -> bool:
-    """Whether exact_outputs_fused's Triton pass applies: CUDA, Triton installed, a short enough row."""
-    if not inp.x.is_cuda or inp.hidden > TRITON_MAX_HIDDEN:
+    """Whether exact_outputs_fused's Triton pass applies: CUDA, Triton installed, a row width it
+    was measured at, eps not so small that its raw row sums could underflow visibly."""
+    if not inp.x.is_cuda or not TRITON_MIN_HIDDEN <= inp.hidden <= TRITON_MAX_HIDDEN or inp.eps < TRITON_MIN_EPS:
         return False
     from references import triton_reference      # imports this module: not at the top
     return triton_reference.available()
@@ -230,14 +241,15 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
     if FUSED_BACKEND not in BACKENDS:
         raise ValueError(f"references.fast.FUSED_BACKEND {FUSED_BACKEND!r}: one of {BACKENDS}")
     key = _key(inp)
-    if FUSED_BACKEND == "triton" and ("triton",) + key not in _FAILED and triton_pass_fits(inp):
+    if FUSED_BACKEND == "triton" and ("triton",) + key not in _FAILED:
         try:
-            from references.triton_reference import exact_outputs_triton
-            return exact_outputs_triton(inp, layout="regs", table=has_sigmoid_table(inp.gate.dtype),
-                                        evict="evict_first")
-        except Exception as err:     # no compiler for this GPU, out of resources, ...: Inductor from now on
-            _FAILED.add(("triton",) + key)
-            _warn_once("the Triton reference pass", err, "Inductor's pass")
+            if triton_pass_fits(inp):
+                from references.triton_reference import exact_outputs_triton
+                return exact_outputs_triton(inp, layout="regs", table=has_sigmoid_table(inp.gate.dtype),
+                                            evict="evict_first")
+        except Exception as err:     # a broken Triton, no compiler for this GPU, out of resources, ...:
+            _FAILED.add(("triton",) + key)       # Inductor's pass for this key from now on
+            _warn_once(f"the Triton reference pass for {key}", err, "Inductor's pass")
     if key not in _FAILED:
         try:
             mode = FUSED_SIGMOID_TABLE if has_sigmoid_table(inp.gate.dtype) else "off"

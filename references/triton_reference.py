@@ -5,7 +5,8 @@ was tried.
 
 Layouts of `exact_outputs_triton` (each writes the values of y, dx, dgate and the gauges of dx,
 dgate in float64, and sums dweight into partial rows added up in a fixed order — deterministic, no
-atomics):
+atomics; for "regs" and "rows" the order follows the number of programs, by default the GPU's SM
+count, so the last bits of dweight are the same from run to run on one GPU model, not across models):
 * "regs": persistent programs of 16 warps, one row at a time in CH-column steps: its three sums
   (one reduction), then its outputs (the inputs again, from L1/L2), each thread adding the dweight
   terms of the columns it owns into registers (a tuple of one accumulator a step, the steps
@@ -686,11 +687,15 @@ _CONSTANTS: dict = {}
 
 
 def _constant(value: float, dev, n: int = 1) -> torch.Tensor:
-    """A float64 tensor of n copies of value on dev, made once (a fill, no host-to-device copy,
-    which would synchronise) and kept: each call of the pass would otherwise launch the fill."""
-    key = (value, str(dev), n)
+    """A float64 tensor of n copies of value on dev, made once and kept: each call of the pass would
+    otherwise launch a fill (a host-to-device copy would synchronise every call). The first fill
+    is waited for, so that a later call on another stream never reads it unfilled."""
+    key = (float(value).hex(), str(dev), n)          # hex: NaN finds itself, -0.0 is not 0.0
     if key not in _CONSTANTS:
-        _CONSTANTS[key] = torch.full((n,), value, dtype=torch.float64, device=dev)
+        c = torch.full((n,), value, dtype=torch.float64, device=dev)
+        if c.is_cuda:
+            torch.cuda.synchronize(c.device)
+        _CONSTANTS[key] = c
     return _CONSTANTS[key]
 
 

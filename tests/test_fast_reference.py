@@ -1,6 +1,11 @@
 """references.fast against the eager references: the fused closed forms within the float64 error
 bound of exact_outputs, and undecided_fast equal, element for element, to certify.undecided."""
 import math
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +16,7 @@ from references.fast import exact_outputs_fused, undecided_fast
 from references.formats import fmt_of, ulp
 from tests.conftest import make_inputs
 
+REPO = Path(__file__).resolve().parents[1]
 SHAPES = [(19,), (3, 19), (2, 3, 96), (2, 1, 2, 127)]
 FMTS = ["bf16", "fp16", "fp32"]
 
@@ -233,14 +239,83 @@ def test_fused_backend_setting_must_be_a_backend(monkeypatch):
         fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
 
 
-def test_triton_pass_is_for_cuda_rows_it_holds_in_registers():
+def test_triton_pass_fits_measured_rows_on_cuda_with_triton(monkeypatch):
+    from types import SimpleNamespace
+    from references import fast, triton_reference
+    monkeypatch.setattr(triton_reference, "available", lambda: True)
+
+    def inp(hidden=4096, eps=1e-5, cuda=True):
+        return SimpleNamespace(x=SimpleNamespace(is_cuda=cuda), hidden=hidden, eps=eps)
+    assert fast.triton_pass_fits(inp()) and fast.triton_pass_fits(inp(1024)) and fast.triton_pass_fits(inp(eps=1e-20))
+    assert not fast.triton_pass_fits(inp(cuda=False))                          # CPU: Inductor's pass
+    assert not fast.triton_pass_fits(inp(4097)) and not fast.triton_pass_fits(inp(1023))
+    assert not fast.triton_pass_fits(inp(eps=0.0)) and not fast.triton_pass_fits(inp(eps=1e-21))
+    monkeypatch.setattr(triton_reference, "available", lambda: False)
+    assert not fast.triton_pass_fits(inp())                                     # no Triton installed
+    assert not fast.triton_pass_fits(make_inputs((2, 4096), torch.bfloat16))    # a real CPU case
+
+
+def _stand_in_triton_pass(monkeypatch, behaviour):
+    """exact_outputs_triton replaced by behaviour(inp) (recording its calls), every input "fitting"."""
+    from references import fast, triton_reference
+    calls = []
+    monkeypatch.setattr(triton_reference, "exact_outputs_triton",
+                        lambda inp, **kw: calls.append((tuple(inp.x.shape), kw)) or behaviour(inp))
+    monkeypatch.setattr(fast, "triton_pass_fits", lambda inp: True)
+    monkeypatch.setattr(fast, "_FAILED", set())
+    monkeypatch.setattr(fast, "_WARNED", set())
+    monkeypatch.setattr(fast, "FUSED_BACKEND", "triton")
+    return calls
+
+
+def test_fused_pass_hands_fitting_cases_to_the_triton_pass(monkeypatch):
     from references import fast
-    assert not fast.triton_pass_fits(make_inputs((2, 8), torch.bfloat16))          # CPU: Inductor's pass
-    if not torch.cuda.is_available():
-        pytest.skip("the rest needs CUDA")
-    from references import triton_reference
-    assert fast.triton_pass_fits(make_inputs((2, 4096), torch.bfloat16).to("cuda")) == triton_reference.available()
-    assert not fast.triton_pass_fits(make_inputs((2, 4097), torch.bfloat16).to("cuda"))
+    result = (object(), object())
+    calls = _stand_in_triton_pass(monkeypatch, lambda inp: result)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fast.exact_outputs_fused(make_inputs((3, 64), torch.bfloat16, seed=2)) is result
+        assert fast.exact_outputs_fused(make_inputs((2, 32), torch.float32, seed=2)) is result
+    assert calls == [((3, 64), {"layout": "regs", "table": True, "evict": "evict_first"}),    # a 16-bit gate: the table
+                     ((2, 32), {"layout": "regs", "table": False, "evict": "evict_first"})]   # fp32: the exp
+    monkeypatch.setattr(fast, "FUSED_BACKEND", "inductor")
+    inp = make_inputs((3, 64), torch.bfloat16, seed=2)
+    vf, gf = fast.exact_outputs_fused(inp)
+    assert len(calls) == 2                                    # Inductor's pass, not the stand-in
+    _agrees_with_eager(inp, vf, gf)
+
+
+@pytest.mark.parametrize("where", ["kernel", "fits"])
+def test_fused_pass_falls_back_to_inductor_when_the_triton_pass_fails(monkeypatch, where):
+    """A failing kernel (no compiler for this GPU, out of resources) or a broken Triton install
+    (triton_pass_fits raising): one warning naming the key, Inductor's pass, and no second try."""
+    from references import fast
+
+    def broken(inp):
+        raise RuntimeError("out of resources")
+    calls = _stand_in_triton_pass(monkeypatch, broken)
+    if where == "fits":
+        monkeypatch.setattr(fast, "triton_pass_fits", lambda inp: broken(inp))
+    inp = make_inputs((4, 96), torch.bfloat16, seed=11)
+    with pytest.warns(RuntimeWarning, match=r"the Triton reference pass for \(\(4, 96\).*out of resources.*Inductor's pass"):
+        vf, gf = fast.exact_outputs_fused(inp)
+    assert ("triton",) + fast._key(inp) in fast._FAILED and fast._key(inp) not in fast._FAILED
+    _agrees_with_eager(inp, vf, gf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fast.exact_outputs_fused(inp)                         # the key remembered: no retry, no warning
+    assert len(calls) == (1 if where == "kernel" else 0)
+
+
+def test_fused_backend_comes_from_the_environment():
+    code = "import references.fast as f; print(f.FUSED_BACKEND)"
+    for value, want in (("inductor", "inductor"), (None, "triton")):
+        env = {k: v for k, v in os.environ.items() if k != "HARNESS_FUSED_BACKEND"}
+        if value:
+            env["HARNESS_FUSED_BACKEND"] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == want, out.stderr[-2000:]
 
 
 def _agrees_with_eager(inp, vf, gf):
@@ -255,34 +330,21 @@ def _agrees_with_eager(inp, vf, gf):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA")
-def test_fused_pass_on_cuda_runs_triton_where_it_fits_else_inductor(monkeypatch):
+def test_fused_pass_on_cuda_runs_the_triton_kernel_where_it_fits(monkeypatch):
     pytest.importorskip("triton")
     from references import fast, triton_reference
     monkeypatch.setattr(fast, "FUSED_BACKEND", "triton")
+    monkeypatch.setattr(fast, "_FAILED", set())
     calls, real = [], triton_reference.exact_outputs_triton
     monkeypatch.setattr(triton_reference, "exact_outputs_triton",
                         lambda inp, **kw: calls.append((inp.hidden, kw)) or real(inp, **kw))
-    for shape, dtype in (((24, 4096), torch.bfloat16), ((5, 300), torch.float32), ((3, 4100), torch.bfloat16)):
-        inp = make_inputs(shape, dtype, True, gate_scale=4.0, gate_shift=-1.0, seed=3).to("cuda")
-        vf, gf = fast.exact_outputs_fused(inp)
-        _agrees_with_eager(inp, vf, gf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)      # a fallback to Inductor fails the test
+        for shape, dtype, eps in (((24, 4096), torch.bfloat16, 1e-5), ((5, 1024), torch.float32, 1e-6),
+                                  ((3, 4100), torch.bfloat16, 1e-5), ((4, 2048), torch.bfloat16, 0.0)):
+            inp = make_inputs(shape, dtype, True, gate_scale=4.0, gate_shift=-1.0, eps=eps, seed=3).to("cuda")
+            vf, gf = fast.exact_outputs_fused(inp)
+            assert ("triton",) + fast._key(inp) not in fast._FAILED
+            _agrees_with_eager(inp, vf, gf)
     assert calls == [(4096, {"layout": "regs", "table": True, "evict": "evict_first"}),
-                     (300, {"layout": "regs", "table": False, "evict": "evict_first"})]   # 4100: Inductor
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA")
-def test_fused_pass_falls_back_to_inductor_when_the_triton_pass_fails(monkeypatch):
-    pytest.importorskip("triton")
-    from references import fast, triton_reference
-    monkeypatch.setattr(fast, "FUSED_BACKEND", "triton")
-
-    def broken(inp, **kw):
-        raise RuntimeError("out of resources")
-    monkeypatch.setattr(triton_reference, "exact_outputs_triton", broken)
-    monkeypatch.setattr(fast, "_WARNED", set())
-    monkeypatch.setattr(fast, "_FAILED", set())
-    inp = make_inputs((4, 256), torch.bfloat16, seed=11).to("cuda")
-    with pytest.warns(RuntimeWarning, match="the Triton reference pass failed .*out of resources.*Inductor's pass"):
-        vf, gf = fast.exact_outputs_fused(inp)
-    assert ("triton",) + fast._key(inp) in fast._FAILED and fast._key(inp) not in fast._FAILED
-    _agrees_with_eager(inp, vf, gf)
+                     (1024, {"layout": "regs", "table": False, "evict": "evict_first"})]   # 4100, eps 0: Inductor

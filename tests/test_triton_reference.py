@@ -47,6 +47,7 @@ def check_all(device: str) -> None:
            [(c, {"layout": "rows", "programs": 4, "reconvert": True, "table": True}) for c in CASES
             if device == "cuda"] + \
            [(c, {"layout": "regs", "programs": 3, "table": (True, False)}) for c in CASES] + \
+           [(c, {"layout": "regs", "table": True, "evict": "evict_first"}) for c in CASES] + \
            [(c, {"layout": "regs", "programs": 2, "chunk": 16, "warps": 1, "evict": "evict_first"}) for c in CASES
             if c[0][-1] <= 130] + \
            [(c, kw) for c in CASES if device == "cuda"      # inline PTX, Gluon: not in the interpreter
@@ -83,14 +84,50 @@ def check_all(device: str) -> None:
             assert torch.all((dwg[ok] - g["dweight"][ok]).abs() <= tol), shape
 
 
+def check_regs_special(device: str) -> None:
+    """The harness's layout ("regs", as references.fast runs it) on non-finite inputs, a zero row,
+    more programs than rows; and the underflow that references.fast.TRITON_MIN_EPS keeps out: its
+    raw row sums dy silu gam x underflow on subnormal x and a gate of -700 where the eager form's
+    dxhat * xhat does not — by far more than the bound at eps 0, by less than 1e-300 at 1e-20."""
+    from references.triton_reference import exact_outputs_triton
+    kw = dict(layout="regs", table=True, evict="evict_first", poison=True)
+
+    def gap(inp, **extra):        # max |triton - eager| / (bound * gauge + 1e-300) over y, dx, dgate, dweight
+        v, g = exact_outputs(inp)
+        vt, gt = exact_outputs_triton(inp, **kw, **extra)
+        b = float64_error_bound(inp)
+        worst = 0.0
+        for k in ("y", "dx", "dgate", "dweight"):
+            assert torch.equal(vt[k].isnan(), v[k].isnan()), k
+            ok = ~v[k].isnan()
+            for got, want in ((vt[k][ok], v[k][ok]), (gt[k][ok], g[k][ok])):
+                if want.numel():
+                    worst = max(worst, float(((got - want).abs() / (b[k] * g[k][ok] + 1e-300)).max()))
+        return worst
+    inp = make_inputs((6, 96), torch.bfloat16, True, seed=4).to(device)
+    inp.x[0, 3], inp.gate[1, 5], inp.gate[2, 6], inp.dy[3, 7] = float("nan"), float("inf"), -float("inf"), float("inf")
+    inp.x[4] = 0.0
+    assert gap(inp) <= 1 and gap(inp, programs=64) <= 1
+    zero_eps = make_inputs((3, 64), torch.bfloat16, eps=0.0, seed=5).to(device)
+    zero_eps.x[1] = 0.0                                   # r = inf: the row's outputs NaN, as eager's
+    assert gap(zero_eps) <= 1
+    for eps, within in ((0.0, False), (1e-20, True)):
+        inp = make_inputs((3, 64), torch.float32, eps=eps, seed=1).to(device)
+        inp.x[1] = torch.tensor([1e-40, -1e-40, -2e-40, 3e-40] * 16, dtype=torch.float32)
+        inp.gate[1], inp.dy[1] = -700.0, 1.0
+        assert (gap(inp) <= 1) == within, eps
+
+
 def test_triton_reference_matches_exact_outputs():
     pytest.importorskip("triton")
     if torch.cuda.is_available():
         check_all("cuda")
+        check_regs_special("cuda")
         return
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join([str(REPO)] + sys.path))
-    code = "from tests.test_triton_reference import check_all; check_all('cpu'); print('OK')"
+    code = ("from tests.test_triton_reference import check_all, check_regs_special; check_all('cpu'); "
+            "check_regs_special('cpu'); print('OK')")
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0 and "OK" in p.stdout, p.stdout[-2000:] + p.stderr[-4000:]
 
