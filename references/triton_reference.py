@@ -1,6 +1,6 @@
 """The exact (float64) reference in hand-written Triton kernels. The "regs" layout is the harness's
-pass on CUDA where it fits (references.fast.exact_outputs_fused, FUSED_BACKEND; rows of at most
-4096 columns); the others are kept for bench/bench_reference.py --triton, as the record of what
+pass on CUDA where it fits (references.fast.exact_outputs_fused, FUSED_BACKEND, triton_pass_fits:
+rows of 1024-4096 columns, eps >= 1e-20); the others are kept for bench/bench_reference.py --triton, as the record of what
 was tried.
 
 Layouts of `exact_outputs_triton` (each writes the values of y, dx, dgate and the gauges of dx,
