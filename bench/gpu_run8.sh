@@ -26,7 +26,7 @@ sweep() { local name=$1 t=$2
     $([ "${JOBS:-16}" = 1 ] || echo "--jobs ${JOBS:-16} --shard-by ${BY:-shape}")
   (cd "$O/$name" && rm -f jobs/*/results.csv jobs/*/summary.csv && { [ -n "${KEEP_RESULTS:-}" ] || rm -f results.csv; })   # summary.csv holds the findings
   keep "$name" "$name.txt"; }
-gpu_tests() { timeout ${T_TESTS:-240} python3 -m pytest -q -p no:cacheprovider "$@" > "$O/gpu_tests.txt" 2>&1
+gpu_tests() { timeout ${T_TESTS:-240} python3 -m pytest -q -rA -p no:cacheprovider "$@" > "$O/gpu_tests.txt" 2>&1
   echo "gpu_tests: exit $?" >> "$O/gpu_tests.txt"; tail -3 "$O/gpu_tests.txt"; keep gpu_tests.txt; }
 [ $# -gt 0 ] || { echo "usage: bash bench/gpu_run8.sh full|warm|quick|smoke|probe|ref|reftests|big|tests ..."; exit 2; }
 for mode in "$@"; do case "$mode" in

@@ -16,11 +16,12 @@ def environment(device: str) -> dict:
     if device.startswith("cuda") and torch.cuda.is_available():
         env["cuda"] = torch.version.cuda
         env["device_name"] = torch.cuda.get_device_name()
-        from references import fast        # the pass that builds the big cases' float64 references
-        env["reference_pass"] = (f"{fast.FUSED_BACKEND} (from {fast.FUSED_MIN_ELEMENTS} elements; Triton for "
-                                 f"{fast.TRITON_MIN_HIDDEN}-{fast.TRITON_MAX_HIDDEN} columns, eps >= "
-                                 f"{fast.TRITON_MIN_EPS:g}, else Inductor)" if fast.FUSED_BACKEND == "triton"
-                                 else f"{fast.FUSED_BACKEND} (from {fast.FUSED_MIN_ELEMENTS} elements)")
+        from references import fast, triton_reference    # the pass set for the big cases' references
+        triton = fast.FUSED_BACKEND == "triton" and triton_reference.available()
+        env["reference_pass"] = (f"from {fast.FUSED_MIN_ELEMENTS} elements: Triton for {fast.TRITON_MIN_HIDDEN}-"
+                                 f"{fast.TRITON_MAX_HIDDEN} columns and eps >= {fast.TRITON_MIN_EPS:g}, else "
+                                 "Inductor (a failed Triton pass falls back with a warning in the log)" if triton
+                                 else f"from {fast.FUSED_MIN_ELEMENTS} elements: Inductor")
         try:
             import triton
             env["triton"] = triton.__version__

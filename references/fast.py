@@ -106,14 +106,17 @@ ROW_SUM_MODES = ("xhat", "raw")
 # Inductor's; or "inductor". FUSED_SIGMOID_TABLE and FUSED_ROW_SUMS are Inductor's settings: the
 # Triton kernel always takes dx's row sums from the raw products (as FUSED_ROW_SUMS "raw", one loop).
 # Where it fits: Triton installed; rows of TRITON_MIN_HIDDEN to TRITON_MAX_HIDDEN columns (its
-# per-thread dweight accumulators grow with the row: 127 registers, no spills at 4096 columns and 16
-# warps for sm_90a, bench/gpu/run12/offline-registers.txt; narrower rows would leave one program
-# an SM with few warps: unmeasured); eps >= TRITON_MIN_EPS, because the raw products dy silu gam x
-# may underflow where the eager form's dxhat * xhat (xhat = x r) does not: each term loses at
-# most 2^-1075, so the dx projection c = r mean(u) (and its gauge's q) at most r 2^-1075, and dx =
-# r (dxhat - xhat c) at most r^2 |xhat| 2^-1075 <= eps^-1 sqrt(hidden) 2^-1075: below 1e-301 for eps
-# >= 1e-20 and 4096 columns — under the 1e-300 the tests allow absolutely, far under any 16/32-bit
-# output's smallest subnormal (eps 0 and subnormal x: off by 1e-262, found by review). Measured on the H200 (bench/RESULTS.md, run
+# per-thread dweight accumulators grow with the row: at 4096 columns and 16 warps, 127 registers and
+# no spills for sm_90a with the table of a 16-bit gate, 28 bytes of spills with the exp of an fp32
+# one, bench/gpu/run12/offline-registers.txt; narrower rows would leave one program an SM with few
+# warps: unmeasured); eps >= TRITON_MIN_EPS, because the raw products dy silu gam x may underflow
+# where the eager form's dxhat * xhat (xhat = x r) does not: with the division of the sum, the dx
+# projection c = r mean(u) (and its gauge's q) is off by at most about (2r + 2) 2^-1075, so dx =
+# r (dxhat - xhat c) and its gauge by at most about r^2 |xhat| 2^-1074 <= eps^-1 sqrt(hidden) 2^-1074:
+# ~3e-302 for eps 1e-20 and 4096 columns — under the 1e-300 the tests allow absolutely, far under
+# any 16/32-bit output's smallest subnormal (eps 0 and x ~ 1e-20: off by 1e-284 and more, found by
+# review). This covers the row sums only: an fp32 gate below about -709.8, where torch's float64
+# sigmoid is 0 and the exp form's a subnormal, differs by ~1e-295 in either fused pass (as before). Measured on the H200 (bench/RESULTS.md, run
 # 12; 8192x4096 bf16): 0.46-0.48 ms of kernels (0.48-0.50 wall) against Inductor's 0.61-0.62
 # (0.63-0.65 wall); the same verdicts on bench/suites/big.toml through either.
 FUSED_BACKEND = os.environ.get("HARNESS_FUSED_BACKEND", "triton")     # e.g. to rule the Triton pass out

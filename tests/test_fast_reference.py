@@ -348,3 +348,18 @@ def test_fused_pass_on_cuda_runs_the_triton_kernel_where_it_fits(monkeypatch):
             _agrees_with_eager(inp, vf, gf)
     assert calls == [(4096, {"layout": "regs", "table": True, "evict": "evict_first"}),
                      (1024, {"layout": "regs", "table": False, "evict": "evict_first"})]   # 4100, eps 0: Inductor
+
+
+def test_the_run_environment_names_the_reference_pass(monkeypatch):
+    """A CUDA run records which pass builds its big cases' references (report's environment)."""
+    from harness.environment import environment
+    from references import fast, triton_reference
+    assert "reference_pass" not in environment("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a GPU")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    for backend, has_triton, want in (("triton", True, "Triton for 1024-4096 columns and eps >= 1e-20, else Inductor"),
+                                      ("triton", False, "elements: Inductor"), ("inductor", True, "elements: Inductor")):
+        monkeypatch.setattr(fast, "FUSED_BACKEND", backend)
+        monkeypatch.setattr(triton_reference, "available", lambda: has_triton)
+        assert want in environment("cuda")["reference_pass"], (backend, has_triton)

@@ -87,34 +87,47 @@ def check_all(device: str) -> None:
 def check_regs_special(device: str) -> None:
     """The harness's layout ("regs", as references.fast runs it) on non-finite inputs, a zero row,
     more programs than rows; and the underflow that references.fast.TRITON_MIN_EPS keeps out: its
-    raw row sums dy silu gam x underflow on subnormal x and a gate of -700 where the eager form's
-    dxhat * xhat does not — by far more than the bound at eps 0, by less than 1e-300 at 1e-20."""
+    raw row sums dy silu gam x underflow (gate -700) where the eager form's dxhat * xhat (xhat = x r)
+    does not — by far more than the bound at eps 0 (x ~ 1e-20, r ~ 1e20), by less than the tests'
+    absolute 1e-300 at eps 1e-20 (x ~ 1e-12: raw terms subnormal, eager's normal)."""
     from references.triton_reference import exact_outputs_triton
     kw = dict(layout="regs", table=True, evict="evict_first", poison=True)
 
-    def gap(inp, **extra):        # max |triton - eager| / (bound * gauge + 1e-300) over y, dx, dgate, dweight
+    def gap(inp, **extra):
+        """max |triton - eager| / (bound * gauge + 1e-300) over the finite values and gauges of y, dx,
+        dgate, dweight; the NaN and infinite ones must be the same."""
         v, g = exact_outputs(inp)
         vt, gt = exact_outputs_triton(inp, **kw, **extra)
         b = float64_error_bound(inp)
         worst = 0.0
         for k in ("y", "dx", "dgate", "dweight"):
-            assert torch.equal(vt[k].isnan(), v[k].isnan()), k
-            ok = ~v[k].isnan()
-            for got, want in ((vt[k][ok], v[k][ok]), (gt[k][ok], g[k][ok])):
-                if want.numel():
-                    worst = max(worst, float(((got - want).abs() / (b[k] * g[k][ok] + 1e-300)).max()))
+            for got, want in ((vt[k], v[k]), (gt[k], g[k])):
+                assert torch.equal(got.isnan(), want.isnan()), k
+                inf = torch.isinf(want)
+                assert torch.equal(got[inf], want[inf]) and not torch.isinf(got[~inf]).any(), k
+                fin = torch.isfinite(want)
+                ratio = (got[fin] - want[fin]).abs() / (b[k] * g[k][fin] + 1e-300)    # an inf gauge: 0
+                assert not ratio.isnan().any(), k
+                worst = max([worst] + ([float(ratio.max())] if ratio.numel() else []))
         return worst
     inp = make_inputs((6, 96), torch.bfloat16, True, seed=4).to(device)
-    inp.x[0, 3], inp.gate[1, 5], inp.gate[2, 6], inp.dy[3, 7] = float("nan"), float("inf"), -float("inf"), float("inf")
+    inp.gate[1, 5], inp.gate[2, 6], inp.dy[3, 7] = float("inf"), -float("inf"), float("inf")
     inp.x[4] = 0.0
     assert gap(inp) <= 1 and gap(inp, programs=64) <= 1
+    nan_x = make_inputs((4, 96), torch.bfloat16, seed=6).to(device)
+    nan_x.x[0, 3] = float("nan")                    # row 0 and every dweight NaN, as eager's
+    assert gap(nan_x) <= 1
     zero_eps = make_inputs((3, 64), torch.bfloat16, eps=0.0, seed=5).to(device)
-    zero_eps.x[1] = 0.0                                   # r = inf: the row's outputs NaN, as eager's
+    zero_eps.x[1] = 0.0                              # r = inf: the row's outputs NaN, as eager's
     assert gap(zero_eps) <= 1
-    for eps, within in ((0.0, False), (1e-20, True)):
-        inp = make_inputs((3, 64), torch.float32, eps=eps, seed=1).to(device)
-        inp.x[1] = torch.tensor([1e-40, -1e-40, -2e-40, 3e-40] * 16, dtype=torch.float32)
+    for eps, scale, within in ((0.0, 1e-20, False), (1e-20, 1e-12, True)):
+        inp = make_inputs((3, 1024), torch.bfloat16, eps=eps, seed=1).to(device)
+        inp.x[1] = (torch.tensor([1.0, -1.0, -2.0, 3.0] * 256, dtype=torch.float64) * scale).to(inp.x.dtype)
         inp.gate[1], inp.dy[1] = -700.0, 1.0
+        x, t = inp.x[1].double(), inp.gate[1].double()
+        raw = t * torch.sigmoid(t) * inp.weight.double() * x                    # dy silu gam x
+        xhat = x * torch.rsqrt((x * x).mean() + eps)
+        assert raw.abs().max() < 2.0 ** -1022 <= (t * torch.sigmoid(t) * inp.weight.double() * xhat).abs().min()
         assert (gap(inp) <= 1) == within, eps
 
 
