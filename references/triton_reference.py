@@ -106,6 +106,30 @@ if triton is not None:
         return x * x, u, tl.abs(u)
 
     @triton.jit
+    def _row_sum_accs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, base, live, H, CH: tl.constexpr, ZC: tl.constexpr,
+                      TAB: tl.constexpr, EV: tl.constexpr):
+        """One row's terms of its three sums (_row_sum_terms) added up over its CH-column steps, as
+        three [CH] vectors (each caller reduces them its own way); the loads' eviction policy EV;
+        live False: a row past the end, nothing loaded. Used by the row-sums, stream, sweep and regs
+        kernels (compiled offline for sm_90a: the same SASS as their own loops had,
+        bench/gpu/run12/offline-refactor-sass.txt)."""
+        acc_xx = tl.zeros([CH], dtype=tl.float64)
+        acc_u = tl.zeros([CH], dtype=tl.float64)
+        acc_ua = tl.zeros([CH], dtype=tl.float64)
+        for j in range(0, H, CH):
+            cols = j + tl.arange(0, CH)
+            cm = cols < H
+            m = cm & live
+            x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, base + cols, m, EV)
+            gam = _load_gamma(w_ptr, cols, cm, ZC)
+            s, _ = _silu_parts(graw, t, tab_ptr, m, TAB)
+            xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
+            acc_xx += xx
+            acc_u += u
+            acc_ua += ua
+        return acc_xx, acc_u, acc_ua
+
+    @triton.jit
     def _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m, x, t, dy, gam, s, oms, r, c, q,
                        EV: tl.constexpr):
         """Write y, dgate, dx and the gauges of dgate, dx where m holds; return the dweight terms
@@ -123,6 +147,21 @@ if triton is not None:
         return tl.where(m, dn * xhat, 0.0), tl.where(m, tl.abs(dn) * xa, 0.0)
 
     @triton.jit
+    def _step_outputs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr,
+                      base, cols, live, H, r, c, q, ZC: tl.constexpr, TAB: tl.constexpr, EV: tl.constexpr):
+        """One row's outputs over the columns cols (the row at base, its r, c, q known): the inputs
+        read again (evict_first: their last use), written by _write_outputs; its dweight terms.
+        Creates no tensor, so the Gluon kernel uses it too."""
+        cm = cols < H
+        m = cm & live
+        off = base + cols
+        x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "evict_first")
+        gam = _load_gamma(w_ptr, cols, cm, ZC)
+        s, oms = _silu_parts(graw, t, tab_ptr, m, TAB)
+        return _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
+                              x, t, dy, gam, s, oms, r, c, q, EV)
+
+    @triton.jit
     def _row_sums(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr, stats_ptr, H, ZC: tl.constexpr,
                   CHUNK: tl.constexpr, TAB: tl.constexpr):
         """Per row: r = rsqrt(mean x^2 + eps), c = mean(dxhat xhat), q = mean(a |xhat|) — with
@@ -130,19 +169,8 @@ if triton is not None:
         u = dy silu(t) gam x (c = r mean u, q = r mean |u|)."""
         row = tl.program_id(0)
         base = row.to(tl.int64) * H
-        acc_xx = tl.zeros([CHUNK], dtype=tl.float64)
-        acc_u = tl.zeros([CHUNK], dtype=tl.float64)
-        acc_ua = tl.zeros([CHUNK], dtype=tl.float64)
-        for j in range(0, H, CHUNK):
-            cols = j + tl.arange(0, CHUNK)
-            cm = cols < H
-            x, graw, t, dy = _load_inputs(x_ptr + base, g_ptr + base, dy_ptr + base, cols, cm, "")
-            gam = _load_gamma(w_ptr, cols, cm, ZC)
-            s, _ = _silu_parts(graw, t, tab_ptr, cm, TAB)
-            xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
-            acc_xx += xx
-            acc_u += u
-            acc_ua += ua
+        acc_xx, acc_u, acc_ua = _row_sum_accs(x_ptr + base, g_ptr + base, dy_ptr + base, w_ptr, tab_ptr, 0, True,
+                                              H, CHUNK, ZC, TAB, "")
         eps = tl.load(eps_ptr)
         r = 1.0 / tl.sqrt(tl.sum(acc_xx, axis=0) / H + eps)     # fp64 sqrt: sqrt.rn.f64 in PTX
         tl.store(stats_ptr + 3 * row, r)
@@ -337,36 +365,17 @@ if triton is not None:
             row = pid * RB + i
             live = row < T
             base = row.to(tl.int64) * H
-            acc_xx = tl.zeros([CH], dtype=tl.float64)
-            acc_u = tl.zeros([CH], dtype=tl.float64)
-            acc_ua = tl.zeros([CH], dtype=tl.float64)
-            for j in range(0, H, CH):
-                cols = j + tl.arange(0, CH)
-                cm = cols < H
-                m = cm & live
-                off = base + cols
-                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "evict_last")
-                gam = _load_gamma(w_ptr, cols, cm, ZC)
-                s, _ = _silu_parts(graw, t, tab_ptr, m, TAB1)
-                xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
-                acc_xx += xx
-                acc_u += u
-                acc_ua += ua
+            acc_xx, acc_u, acc_ua = _row_sum_accs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, base, live, H, CH, ZC,
+                                                  TAB1, "evict_last")
             r = 1.0 / tl.sqrt(tl.sum(acc_xx, axis=0) / H + eps)     # fp64 sqrt: sqrt.rn.f64
             c = r * (tl.sum(acc_u, axis=0) / H)
             q = r * (tl.sum(acc_ua, axis=0) / H)
             for j in range(0, H, CH):
                 cols = j + tl.arange(0, CH)
-                cm = cols < H
-                m = cm & live
-                off = base + cols
-                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "evict_first")
-                gam = _load_gamma(w_ptr, cols, cm, ZC)
-                s, oms = _silu_parts(graw, t, tab_ptr, m, TAB2)
-                dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
-                                             x, t, dy, gam, s, oms, r, c, q, EV)
+                dw_t, dwg_t = _step_outputs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, y_ptr, dgate_ptr, dx_ptr,
+                                            dgate_g_ptr, dx_g_ptr, base, cols, live, H, r, c, q, ZC, TAB2, EV)
                 if PART:     # the first row starts the partial row (nothing to load)
-                    _add_partial(dw_part_ptr + part, dwg_part_ptr + part, cols, cm, i > 0, dw_t, dwg_t)
+                    _add_partial(dw_part_ptr + part, dwg_part_ptr + part, cols, cols < H, i > 0, dw_t, dwg_t)
 
     @triton.jit
     def _row_sweep(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr, stats_ptr,
@@ -386,21 +395,8 @@ if triton is not None:
         for i in range(RB):
             row = first + i
             live = row < T
-            base = row.to(tl.int64) * H
-            acc_xx = tl.zeros([CH], dtype=tl.float64)
-            acc_u = tl.zeros([CH], dtype=tl.float64)
-            acc_ua = tl.zeros([CH], dtype=tl.float64)
-            for j in range(0, H, CH):
-                cols = j + tl.arange(0, CH)
-                cm = cols < H
-                m = cm & live
-                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, base + cols, m, "evict_last")
-                gam = _load_gamma(w_ptr, cols, cm, ZC)
-                s, _ = _silu_parts(graw, t, tab_ptr, m, TAB1)
-                xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
-                acc_xx += xx
-                acc_u += u
-                acc_ua += ua
+            acc_xx, acc_u, acc_ua = _row_sum_accs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, row.to(tl.int64) * H, live,
+                                                  H, CH, ZC, TAB1, "evict_last")
             r = 1.0 / tl.sqrt(tl.sum(acc_xx, axis=0) / H + eps)     # fp64 sqrt: sqrt.rn.f64
             tl.store(stats_ptr + 3 * row, r, mask=live)
             tl.store(stats_ptr + 3 * row + 1, r * (tl.sum(acc_u, axis=0) / H), mask=live)
@@ -432,17 +428,11 @@ if triton is not None:
                        EV: tl.constexpr):
         """One row's outputs over the columns cols (its r, c, q from stats_ptr); its dweight terms."""
         live = row < T
-        cm = cols < H
-        m = cm & live
         r = tl.load(stats_ptr + 3 * row, mask=live, other=0.0)
         c = tl.load(stats_ptr + 3 * row + 1, mask=live, other=0.0)
         q = tl.load(stats_ptr + 3 * row + 2, mask=live, other=0.0)
-        off = row.to(tl.int64) * H + cols
-        x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, m, "evict_first")
-        gam = _load_gamma(w_ptr, cols, cm, ZC)
-        s, oms = _silu_parts(graw, t, tab_ptr, m, TAB2)
-        return _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, m,
-                              x, t, dy, gam, s, oms, r, c, q, EV)
+        return _step_outputs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr,
+                             row.to(tl.int64) * H, cols, live, H, r, c, q, ZC, TAB2, EV)
 
     @triton.jit
     def _add3(a0, a1, a2, b0, b1, b2):
@@ -471,32 +461,16 @@ if triton is not None:
         step = tl.num_programs(0)
         for i in range(0, tl.cdiv(T - pid, step)):       # rows pid, pid + step, ... (a grid of <= T)
             base = (pid + i * step).to(tl.int64) * H
-            acc_xx = tl.zeros([CH], dtype=tl.float64)
-            acc_u = tl.zeros([CH], dtype=tl.float64)
-            acc_ua = tl.zeros([CH], dtype=tl.float64)
-            for j in range(0, H, CH):
-                cols = j + tl.arange(0, CH)
-                cm = cols < H
-                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, base + cols, cm, "evict_last")
-                gam = _load_gamma(w_ptr, cols, cm, ZC)
-                s, _ = _silu_parts(graw, t, tab_ptr, cm, TAB1)
-                xx, u, ua = _row_sum_terms(x, t, dy, gam, s)
-                acc_xx += xx
-                acc_u += u
-                acc_ua += ua
+            acc_xx, acc_u, acc_ua = _row_sum_accs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, base, True, H, CH, ZC,
+                                                  TAB1, "evict_last")
             sxx, su, sua = tl.reduce((acc_xx, acc_u, acc_ua), 0, _add3)     # one pass over shared memory
             r = 1.0 / tl.sqrt(sxx / H + eps)     # fp64 sqrt: sqrt.rn.f64
             c = r * (su / H)
             q = r * (sua / H)
             for k in tl.static_range(NT):
-                cols = k * CH + tl.arange(0, CH)
-                cm = cols < H
-                off = base + cols
-                x, graw, t, dy = _load_inputs(x_ptr, g_ptr, dy_ptr, off, cm, "evict_first")
-                gam = _load_gamma(w_ptr, cols, cm, ZC)
-                s, oms = _silu_parts(graw, t, tab_ptr, cm, TAB2)
-                dw_t, dwg_t = _write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, cm,
-                                             x, t, dy, gam, s, oms, r, c, q, EV)
+                dw_t, dwg_t = _step_outputs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, y_ptr, dgate_ptr, dx_ptr,
+                                            dgate_g_ptr, dx_g_ptr, base, k * CH + tl.arange(0, CH), True, H,
+                                            r, c, q, ZC, TAB2, EV)
                 dws = _set(dws, k, dws[k] + dw_t)
                 dwgs = _set(dwgs, k, dwgs[k] + dwg_t)
         part = pid.to(tl.int64) * PS     # the partial rows' stride: dw and dwg interleaved a row each
@@ -573,8 +547,8 @@ if triton is not None:
 
 if gluon is not None:
     # the Triton helpers above, compiled as Gluon (they create no tensor, so need no layout)
-    _g_load_inputs, _g_load_gamma, _g_silu_parts, _g_row_sum_terms, _g_write_outputs = (
-        gluon.jit(f.fn) for f in (_load_inputs, _load_gamma, _silu_parts, _row_sum_terms, _write_outputs))
+    _g_load_inputs, _g_load_gamma, _g_silu_parts, _g_row_sum_terms, _g_step_outputs = (
+        gluon.jit(f.fn) for f in (_load_inputs, _load_gamma, _silu_parts, _row_sum_terms, _step_outputs))
 
     @gluon.jit
     def _rows_smem(x_ptr, g_ptr, dy_ptr, w_ptr, eps_ptr, tab_ptr,
@@ -603,7 +577,7 @@ if gluon is not None:
             acc_xx = gl.zeros([CH], gl.float64, L)
             acc_u = gl.zeros([CH], gl.float64, L)
             acc_ua = gl.zeros([CH], gl.float64, L)
-            for j in range(NT):
+            for j in range(NT):        # _row_sum_accs, written out: Gluon's tensors need a layout
                 cols = j * CH + lane
                 cm = cols < H
                 x, graw, t, dy = _g_load_inputs(x_ptr, g_ptr, dy_ptr, base + cols, cm, "evict_last")
@@ -617,14 +591,9 @@ if gluon is not None:
             c = r * (gl.sum(acc_u, axis=0) / H)
             q = r * (gl.sum(acc_ua, axis=0) / H)
             for j in range(NT):
-                cols = j * CH + lane
-                cm = cols < H
-                off = base + cols
-                x, graw, t, dy = _g_load_inputs(x_ptr, g_ptr, dy_ptr, off, cm, "evict_first")
-                gam = _g_load_gamma(w_ptr, cols, cm, ZC)
-                s, oms = _g_silu_parts(graw, t, tab_ptr, cm, TAB2)
-                dw_t, dwg_t = _g_write_outputs(y_ptr, dgate_ptr, dx_ptr, dgate_g_ptr, dx_g_ptr, off, cm,
-                                               x, t, dy, gam, s, oms, r, c, q, EV)
+                dw_t, dwg_t = _g_step_outputs(x_ptr, g_ptr, dy_ptr, w_ptr, tab_ptr, y_ptr, dgate_ptr, dx_ptr,
+                                              dgate_g_ptr, dx_g_ptr, base, j * CH + lane, True, H, r, c, q, ZC,
+                                              TAB2, EV)
                 a = dw_s.index(j)
                 a.store(a.load(L) + dw_t)
                 b = dwg_s.index(j)
@@ -650,6 +619,12 @@ def blocks_launch(tokens: int, hidden: int, rows_per_block: int | None = None, c
     return rb, ch, warps or max(1, min(16, rb * ch // 512))
 
 
+def _sm_count(device) -> int:
+    """The GPU's streaming multiprocessors (persistent grids: a program or two each); 4 elsewhere
+    (Triton's interpreter on the CPU)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
 def rows_launch(tokens: int, hidden: int, device, programs: int | None = None, warps: int | None = None
                 ) -> tuple[int, int, int]:
     """Rows layout: (HP columns held, persistent programs, warps): 8 columns a thread up to 16
@@ -657,7 +632,7 @@ def rows_launch(tokens: int, hidden: int, device, programs: int | None = None, w
     hp = triton.next_power_of_2(max(hidden, 1))
     nw = warps or max(1, min(16, hp // 256))
     if programs is None:
-        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+        sms = _sm_count(device)
         programs = sms
     return hp, max(1, min(programs, tokens)), nw
 
@@ -741,6 +716,8 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
     zc = bool(inp.zero_centered_gamma)
     use_tab = bool(table) and has_sigmoid_table(g.dtype)
     tab = sigmoid_table(g.dtype, dev) if use_tab else _constant(0.0, dev, 2)       # (unread without the table)
+    # the sums' loop's and the outputs' loop's (stream, sweep, smem, regs: table may be a pair)
+    tab1, tab2 = (bool(t) and use_tab for t in (table if isinstance(table, tuple) else (table, table)))
     eps = _constant(float(inp.eps), dev)
     alloc = (lambda *size: torch.full(size, float("nan"), **f64)) if poison else \
         (lambda *size: torch.empty(size, **f64))
@@ -766,8 +743,6 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         nw = warps or max(1, min(16, ch // 128))
         blocks = -(-tokens // rb)
         dw_part, dwg_part = alloc(blocks, hidden), alloc(blocks, hidden)
-        tab1, tab2 = (table, table) if isinstance(table, bool) else table
-        tab1, tab2 = tab1 and use_tab, tab2 and use_tab
         _row_stream[(blocks,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
                                tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB1=tab1, TAB2=tab2, EV=evict,
                                PART=partials, num_warps=nw)
@@ -778,22 +753,20 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         blocks = -(-tokens // rb)
         dw_part, dwg_part = alloc(blocks, hidden), alloc(blocks, hidden)
         stats = torch.empty((tokens, 3), **f64)
-        tab1, tab2 = (table, table) if isinstance(table, bool) else table
         _row_sweep[(blocks,)](x, g, dy, w, eps, tab, stats, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
-                              tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB1=bool(tab1) and use_tab,
-                              TAB2=bool(tab2) and use_tab, EV=evict, PART=partials, ROWMAJOR=row_major,
+                              tokens, hidden, ZC=zc, RB=rb, CH=ch, TAB1=tab1, TAB2=tab2, EV=evict, PART=partials,
+                              ROWMAJOR=row_major,
                               num_warps=nw)
     elif layout == "regs":
         ch = chunk or max(32, min(triton.next_power_of_2(max(hidden, 1)), 1024))
         nw = warps or max(1, min(16, ch // 64))
         if -(-hidden // ch) > 16:          # one register accumulator a step, the steps unrolled
             raise ValueError(f"regs: at most 16 column steps, got hidden {hidden} / chunk {ch}")
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 4
+        sms = _sm_count(dev)
         nprog = max(1, min(programs or sms, tokens))
         parts = alloc(nprog, 2, hidden)           # a program's dw and dwg rows side by side: one sum
-        tab1, tab2 = (table, table) if isinstance(table, bool) else table
         _rows_regs[(nprog,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, parts[:, 0], parts[:, 1],
-                             tokens, hidden, ZC=zc, CH=ch, TAB1=bool(tab1) and use_tab, TAB2=bool(tab2) and use_tab,
+                             tokens, hidden, ZC=zc, CH=ch, TAB1=tab1, TAB2=tab2,
                              EV=evict, PS=2 * hidden, num_warps=nw, **({"maxnreg": maxnreg} if maxnreg else {}))
         dw, dwg = parts.sum(0)
     elif layout == "smem":
@@ -803,12 +776,11 @@ def exact_outputs_triton(inp: Inputs, layout: str = "blocks", table: bool = Fals
         nw = warps or max(1, min(16, ch // 128))
         if ch % (32 * nw):
             raise ValueError(f"smem: chunk {ch} must be a multiple of 32 x warps ({32 * nw})")
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 4
+        sms = _sm_count(dev)
         nprog = max(1, min(programs or 2 * sms, tokens))
         dw_part, dwg_part = alloc(nprog, hidden), alloc(nprog, hidden)
-        tab1, tab2 = (table, table) if isinstance(table, bool) else table
         _rows_smem[(nprog,)](x, g, dy, w, eps, tab, y, dgate, dx, dgate_g, dx_g, dw_part, dwg_part,
-                             tokens, hidden, ZC=zc, CH=ch, TAB1=bool(tab1) and use_tab, TAB2=bool(tab2) and use_tab,
+                             tokens, hidden, ZC=zc, CH=ch, TAB1=tab1, TAB2=tab2,
                              EV=evict, NW=nw, num_warps=nw)
     elif layout == "rows":
         hp, nprog, nw = rows_launch(tokens, hidden, dev, programs, warps)
