@@ -42,17 +42,9 @@ def registers(rb: int, ch: int, warps: int, table: bool) -> tuple[int, int, int,
     src = ASTSource(fn=tr._row_blocks, signature=SIGNATURE, attrs=ATTRS,
                     constexprs={"ZC": False, "RB": rb, "CH": ch, "TAB": table, "REV": True})
     kernel = compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(kernel.asm["ptx"])
-    try:
-        log = subprocess.run([PTXAS, "-v", "-arch=sm_90a", f.name, "-o", os.devnull],
-                             capture_output=True, text=True, check=True).stderr
-    finally:
-        os.unlink(f.name)
-    regs = int(re.search(r"Used (\d+) registers", log).group(1))
-    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    regs, st, ld, _ = _ptxas(kernel)
     memory = " ".join(sorted(set(re.findall(r"(?:ld|st)\.global[.\w]*", kernel.asm["ptx"]))))
-    return regs, int(spill.group(1)), int(spill.group(2)), memory
+    return regs, st, ld, memory
 
 
 def main():
@@ -65,7 +57,7 @@ def main():
               f"{regs:9d}  {st:>10d} / {ld:<10d}  {per_sm:23d}  {memory}")
 
 
-def _ptxas(kernel, warps: int) -> tuple[int, int, int, int]:
+def _ptxas(kernel) -> tuple[int, int, int, int]:
     """(registers a thread, spill stores, spill loads, bar.sync instructions) of a compiled kernel."""
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(kernel.asm["ptx"])
@@ -109,7 +101,7 @@ def row_layouts():
             source = ASTSource
         kernel = compile(source(fn=fn, signature=sig, attrs=attrs, constexprs=consts),
                          target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-        regs, st, ld, bars = _ptxas(kernel, warps)
+        regs, st, ld, bars = _ptxas(kernel)
         print(f"{layout:6s}  {ch:7d}  {warps:5d}  {'table' if table else 'exp':7s}  {regs:9d}  {st:>10d} / {ld:<10d}  "
               f"{bars:8d}  {min(64, 65536 // (regs * 32 * warps) * warps):23d}")
 
