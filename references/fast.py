@@ -116,9 +116,10 @@ ROW_SUM_MODES = ("xhat", "raw")
 # ~3e-302 for eps 1e-20 and 4096 columns — under the 1e-300 the tests allow absolutely, far under
 # any 16/32-bit output's smallest subnormal (eps 0 and x ~ 1e-20: off by 1e-284 and more, found by
 # review). This covers the row sums only: an fp32 gate below about -709.8, where torch's float64
-# sigmoid is 0 and the exp form's a subnormal, differs by ~1e-295 in either fused pass (as before). Measured on the H200 (bench/RESULTS.md, run
-# 12; 8192x4096 bf16): 0.46-0.48 ms of kernels (0.48-0.50 wall) against Inductor's 0.61-0.62
-# (0.63-0.65 wall); the same verdicts on bench/suites/big.toml through either.
+# sigmoid is 0 and the exp form's a subnormal, differs by ~1e-295 in either fused pass (as before).
+# Measured on the H200 (bench/RESULTS.md, run 12; 8192x4096 bf16): 0.46-0.48 ms of kernels (0.48-0.50
+# wall) against Inductor's 0.61-0.62 (0.63-0.65 wall); the same verdicts on bench/suites/big.toml
+# through either.
 FUSED_BACKEND = os.environ.get("HARNESS_FUSED_BACKEND", "triton")     # e.g. to rule the Triton pass out
 BACKENDS = ("triton", "inductor")
 TRITON_MIN_HIDDEN, TRITON_MAX_HIDDEN = 1024, 4096
@@ -237,12 +238,11 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
     gauges of y, n, dn) is computed eagerly on first use (exact.Derived)."""
     if inp.x.numel() == 0:
         return exact_outputs(inp)
-    if FUSED_SIGMOID_TABLE not in TABLE_MODES:           # a setting, not a compile failure: raise
-        raise ValueError(f"references.fast.FUSED_SIGMOID_TABLE {FUSED_SIGMOID_TABLE!r}: one of {TABLE_MODES}")
-    if FUSED_ROW_SUMS not in ROW_SUM_MODES:
-        raise ValueError(f"references.fast.FUSED_ROW_SUMS {FUSED_ROW_SUMS!r}: one of {ROW_SUM_MODES}")
-    if FUSED_BACKEND not in BACKENDS:
-        raise ValueError(f"references.fast.FUSED_BACKEND {FUSED_BACKEND!r}: one of {BACKENDS}")
+    for name, value, allowed in (("FUSED_SIGMOID_TABLE", FUSED_SIGMOID_TABLE, TABLE_MODES),
+                                 ("FUSED_ROW_SUMS", FUSED_ROW_SUMS, ROW_SUM_MODES),
+                                 ("FUSED_BACKEND", FUSED_BACKEND, BACKENDS)):
+        if value not in allowed:                         # a setting, not a compile failure: raise
+            raise ValueError(f"references.fast.{name} {value!r}: one of {allowed}")
     key = _key(inp)
     if FUSED_BACKEND == "triton" and ("triton",) + key not in _FAILED:
         try:
