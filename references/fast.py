@@ -117,8 +117,8 @@ ROW_SUM_MODES = ("xhat", "raw")
 # any 16/32-bit output's smallest subnormal (eps 0 and x ~ 1e-20: off by 1e-284 and more, found by
 # review). This covers the row sums only: an fp32 gate below about -709.8, where torch's float64
 # sigmoid is 0 and the exp form's a subnormal, differs by ~1e-295 in either fused pass (as before).
-# Measured on the H200 (bench/RESULTS.md, run 12; 8192x4096 bf16): 0.46-0.48 ms of kernels (0.48-0.50
-# wall) against Inductor's 0.61-0.62 (0.63-0.65 wall); the same verdicts on bench/suites/big.toml
+# Measured on the H200 (bench/RESULTS.md, run 12; 8192x4096 bf16): 0.46-0.48 ms of kernels (0.47-0.50
+# wall) against Inductor's 0.61-0.62 (0.63-0.66 wall); the same verdicts on bench/suites/big.toml
 # through either.
 FUSED_BACKEND = os.environ.get("HARNESS_FUSED_BACKEND", "triton")     # e.g. to rule the Triton pass out
 BACKENDS = ("triton", "inductor")

@@ -28,8 +28,8 @@ count, so the last bits of dweight are the same from run to run on one GPU model
 its column sums, fast._compiled_outputs(columns=False): the "hybrid" of the bench).
 
 On the H200, 8192x4096 bf16 (bench/RESULTS.md, runs 10-12; floor 0.25 ms; kernel times from
-torch.profiler where taken, else wall): regs 0.46-0.48 ms of kernels (0.48-0.50 wall); Inductor's
-pass 0.61-0.62 (0.63-0.65 wall); the hybrid 0.59-0.60; sweep 0.57-0.66; stream 0.64-1.06, rows 0.69-1.95, smem
+torch.profiler where taken, else wall): regs 0.46-0.48 ms of kernels (0.47-0.50 wall); Inductor's
+pass 0.61-0.62 (0.63-0.66 wall); the hybrid 0.59-0.60; sweep 0.57-0.66; stream 0.64-1.06, rows 0.69-1.95, smem
 0.71-0.98, pair with dweight 0.94-2.65; blocks 0.94-2.55 and strips 0.90-1.01 (wall, run 10).
 What the runs showed: without dweight the five float64 outputs take ~0.43 ms written in stream's
 order (each row's second read from L1), more the further back the re-read (sweep); dweight costs
