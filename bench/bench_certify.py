@@ -12,10 +12,10 @@ import time
 
 import pandas as pd
 
-from cases.generate import generate
-from cases.suite import load_suite
-from references.bundle import build
-from references.store import output_formats
+from harness.cases.generate import generate
+from harness.cases.suite import load_suite
+from harness.references.bundle import build
+from harness.references.store import output_formats
 
 
 def main():

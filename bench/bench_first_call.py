@@ -10,8 +10,8 @@ import time
 
 import torch
 
-from cases.case import Case
-from cases.generate import generate
+from harness.cases.case import Case
+from harness.cases.generate import generate
 from harness.execute import run_impl
 from harness.impls.registry import resolve
 

@@ -20,14 +20,14 @@ import time
 
 import torch
 
-from cases.case import Case
-from cases.generate import generate
-from references.bundle import build
-from references.certify import undecided
-from references.exact import exact_outputs, float64_error_bound
-import references.fast as fast
-from references.fast import exact_outputs_fused, has_sigmoid_table, undecided_fast
-from references.formats import fmt_of, round_to
+from harness.cases.case import Case
+from harness.cases.generate import generate
+from harness.references.bundle import build
+from harness.references.certify import undecided
+from harness.references.exact import exact_outputs, float64_error_bound
+import harness.references.fast as fast
+from harness.references.fast import exact_outputs_fused, has_sigmoid_table, undecided_fast
+from harness.references.formats import fmt_of, round_to
 
 
 def sync(dev):
@@ -81,7 +81,7 @@ def kernel_times(inp, dev):
 def hybrid(inp, dev, floor_s, vf, gf, bnd0):
     """Inductor's row kernel without the dweight column sums (each row's rsqrt out instead), then
     the column sums in the hand-written Triton kernel: each alone and together."""
-    from references.triton_reference import column_sums_triton
+    from harness.references.triton_reference import column_sums_triton
     if not dev.startswith("cuda"):
         print("hybrid: CUDA only (streams, Inductor's GPU kernels)")
         return
@@ -232,7 +232,7 @@ def main():
     if a.profile and a.device.startswith("cuda"):
         kernel_times(inp, a.device)
     if a.triton:
-        from references.triton_reference import blocks_launch, exact_outputs_triton, launch_shape, rows_launch
+        from harness.references.triton_reference import blocks_launch, exact_outputs_triton, launch_shape, rows_launch
         vf, gf = exact_outputs_fused(inp)        # Inductor's: the Triton passes checked against it
         bnd0 = float64_error_bound(inp)
         # (layout, launch overrides, sigmoid table): the blocks layout's default, other launch shapes

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from reports.html import write_all  # noqa: E402
-from reports.schema import COLUMNS  # noqa: E402
+from harness.reports.html import write_all  # noqa: E402
+from harness.reports.schema import COLUMNS  # noqa: E402
 
 IMPLS = {"torch_eager": "fp32", "fused_chain": "chain", "triton_like": "fp32", "naive": "chain", "te_like": "fp32"}
 OUTPUTS = ("y", "dx", "dgate", "dweight")

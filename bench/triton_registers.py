@@ -18,7 +18,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 
-from references import triton_reference as tr
+from harness.references import triton_reference as tr
 
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 OUTPUTS = ("y_ptr", "dgate_ptr", "dx_ptr", "dgate_g_ptr", "dx_g_ptr", "dw_part_ptr", "dwg_part_ptr")

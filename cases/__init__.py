@@ -1,7 +1,7 @@
 """Test cases: frozen `Case` values, the input distributions they name, suite files (TOML),
 and hypothesis strategies. Public surface listed in __all__."""
-from cases.case import Case
-from cases.generate import generate
-from cases.suite import load_suite, list_suites
+from harness.cases.case import Case
+from harness.cases.generate import generate
+from harness.cases.suite import load_suite, list_suites
 
 __all__ = ["Case", "generate", "load_suite", "list_suites"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from cases.case import Case
-from references.exact import Inputs
-from references.formats import Format, fmt_of, to_dtype_exact
+from harness.cases.case import Case
+from harness.references.exact import Inputs
+from harness.references.formats import Format, fmt_of, to_dtype_exact
 
 # x: magnitudes chosen per dtype where the point is a dtype limit.
 LARGE_X = (128.0, 256.0)          # x^2 near fp16's overflow (65504): breaks variance in fp16

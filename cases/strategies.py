@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from cases.case import DTYPES, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
-from cases.generate import generate
+from harness.cases.case import DTYPES, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
+from harness.cases.generate import generate
 
 __all__ = ["cases", "shapes", "inputs", "EPS", "MAX_HIDDEN", "MAX_TOKENS"]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from cases.case import DTYPES, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
+from harness.cases.case import DTYPES, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
 from harness.errors import UsageError
 
 AXES = {
@@ -48,7 +48,7 @@ class Suite:
 
 
 def suites_dir():
-    return resources.files("cases") / "suites"
+    return resources.files("harness.cases") / "suites"
 
 
 def list_suites() -> list[tuple[str, str, int]]:

@@ -112,7 +112,7 @@ def run_step(worktree: Path, impl: str, cases: str, device: str, results_root: P
 
 def _only_errors(results: Path) -> bool:
     from harness.errors import UsageError
-    from reports.results_io import read_results
+    from harness.reports.results_io import read_results
     try:
         status = read_results(results)["status"]
     except UsageError:
@@ -174,7 +174,7 @@ def _validate(repo_arg: str, good_rev: str, bad_rev: str, impl: str, cases: str)
     if not _SPEC.match(impl):
         raise UsageError(f"bisect: --impl {impl!r}: expected NAME=MODULE:ATTR (a plug-in imported "
                          f"from REPO's work tree)")
-    from cases.suite import load_suite, resolve_suite_path
+    from harness.cases.suite import load_suite, resolve_suite_path
     path = resolve_suite_path(cases)         # UsageError for a missing file / unknown suite
     load_suite(cases)                        # ... and for a malformed one, before any commit runs
     if Path(cases).suffix == ".toml" or Path(cases).exists():

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
-from references.formats import Format
-from references.models import noise
+from harness.references.formats import Format
+from harness.references.models import noise
 
 METRIC = {"y": "ulp", "dx": "scaled", "dgate": "scaled", "dweight": "scaled"}
 FINAL_ROUNDING = {"ulp": 0.5, "scaled": 1.0}
@@ -175,7 +175,7 @@ def derivation_table(hidden: int = 4096, tokens: int = 4096) -> str:
     with the value each gives for bf16 (activation and output) at `hidden` x `tokens`."""
     from types import SimpleNamespace
 
-    from references.formats import fmt_of
+    from harness.references.formats import fmt_of
 
     terms = {"n": "rho_n", "y": "rho_y", "dn": "rho_dn", "dgate": "rho_dgate", "dx": "rho_dx",
              "dweight": "rho_dw"}

@@ -34,7 +34,7 @@ def _env(device: str) -> dict:
 
 
 def _render(out_dir: Path, df: pd.DataFrame, baseline, exit_code: int, device: str, title: str) -> None:
-    from reports.html import write_all
+    from harness.reports.html import write_all
     env = _env(device)
     timing = out_dir / "timing.csv"
     if timing.is_file():                     # where the sweep's time went, in the environment table
@@ -56,7 +56,7 @@ def _write_outputs(out_dir: Path, df, baseline, exit_code: int, device: str, tit
                    no_report: bool) -> None:
     """summary.csv always; report.html unless --no-report."""
     if no_report:
-        from reports.summary import summarize
+        from harness.reports.summary import summarize
         summarize(df).to_csv(out_dir / "summary.csv", index=False)
     else:
         _render(out_dir, df, baseline, exit_code, device, title)
@@ -76,7 +76,7 @@ def _load_baseline(path: str | None):
     f = p / "results.csv" if p.is_dir() else p
     if not f.is_file():
         raise UsageError(f"--baseline {path}: no results.csv there")
-    from reports.results_io import read_results
+    from harness.reports.results_io import read_results
     return read_results(f)
 
 
@@ -123,12 +123,12 @@ def cmd_run(args) -> int:
         code = print_exploration(e)
         results = out_dir / "results.csv"
         if results.exists():                       # the same files as any run: summary + report
-            from reports.results_io import read_results
+            from harness.reports.results_io import read_results
             _write_outputs(out_dir, read_results(results), None, code, device,
                            f"hypothesis seed {args.seed}: {', '.join(specs)}", args.no_report)
         return code
 
-    from cases.suite import load_suite
+    from harness.cases.suite import load_suite
     suite = load_suite(args.cases)
     cases = list(suite.cases)
     if args.jobs < 1:
@@ -151,7 +151,7 @@ def cmd_run(args) -> int:
     _write_timings(out_dir, timings, [i.name for i in impls])
     if baseline is not None:
         df = apply_baseline(df, baseline)
-        from reports.results_io import write_results
+        from harness.reports.results_io import write_results
         write_results(out_dir / "results.csv", df)
     code, lines = verdict(df)
     print(summary_table(df))
@@ -159,7 +159,7 @@ def cmd_run(args) -> int:
         print(ln)
     _write_outputs(out_dir, df, baseline, code, device, f"{suite.name}: {', '.join(specs)}", args.no_report)
     if args.junit:
-        from reports.junit import write_junit
+        from harness.reports.junit import write_junit
         write_junit(df, Path(args.junit))
     print(f"harness: wrote {out_dir / 'results.csv'}" + ("" if args.no_report else f" and {out_dir / 'report.html'}"))
     if failed_jobs:                                  # an incomplete sweep is an error, whatever passed
@@ -178,7 +178,7 @@ def print_exploration(e) -> int:
 
 
 def cmd_cases(args) -> int:
-    from cases.suite import list_suites, load_suite
+    from harness.cases.suite import list_suites, load_suite
     if not args.suite:
         for name, desc, n in list_suites():
             print(f"{name:10s} {n:5d} cases  {desc}")
@@ -205,7 +205,7 @@ def _merge_timings(dirs: list[Path], out: Path) -> None:
 
 def cmd_merge(args) -> int:
     from harness.gate import verdict
-    from reports.results_io import read_results, write_results
+    from harness.reports.results_io import read_results, write_results
     frames = []
     for d in args.dirs:
         f = Path(d) / "results.csv"
@@ -244,7 +244,7 @@ def cmd_report(args) -> int:
     f = d / "results.csv"
     if not f.is_file():
         raise UsageError(f"report: {args.dir}: no results.csv")
-    from reports.results_io import read_results
+    from harness.reports.results_io import read_results
     df = read_results(f)
     baseline = _load_baseline(args.baseline)
     if baseline is not None:
@@ -277,7 +277,7 @@ def cmd_budgets(args) -> int:
     f = p / "results.csv" if p.is_dir() else p
     if not f.is_file():
         raise UsageError(f"budgets regen --from {args.src}: no results.csv")
-    from reports.results_io import read_results
+    from harness.reports.results_io import read_results
     lines, grown, refused = regen(read_results(f), allow_growth=args.allow_growth)
     write_budget_file(lines, args.output)
     for key, new, old in grown:

@@ -16,7 +16,7 @@ def environment(device: str) -> dict:
     if device.startswith("cuda") and torch.cuda.is_available():
         env["cuda"] = torch.version.cuda
         env["device_name"] = torch.cuda.get_device_name()
-        from references import fast, triton_reference    # the pass set for the big cases' references
+        from harness.references import fast, triton_reference    # the pass set for the big cases' references
         triton = fast.FUSED_BACKEND == "triton" and triton_reference.available()
         env["reference_pass"] = (f"from {fast.FUSED_MIN_ELEMENTS} elements: Triton for {fast.TRITON_MIN_HIDDEN}-"
                                  f"{fast.TRITON_MAX_HIDDEN} columns and eps >= {fast.TRITON_MIN_EPS:g}, else "

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.impls.base import Implementation
-from references.exact import OUTPUTS, Inputs
+from harness.references.exact import OUTPUTS, Inputs
 
 EXPECTED_DTYPE_OF = {"y": "act", "dx": "x", "dgate": "gate", "dweight": "weight"}
 

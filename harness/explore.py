@@ -14,7 +14,7 @@ from typing import Callable
 
 import pandas as pd
 
-from cases.case import Case
+from harness.cases.case import Case
 from harness.runner import SweepConfig, case_rows
 
 # Shrinking stops evaluating new candidates after this many calls per example asked for (the best
@@ -66,8 +66,8 @@ def explore(impls, specs, device, max_examples, seed, out_dir, overrides=(), bud
     from hypothesis import seed as hseed
     from hypothesis import settings
 
-    from cases.strategies import cases as case_strategy
-    from reports.results_io import write_results
+    from harness.cases.strategies import cases as case_strategy
+    from harness.reports.results_io import write_results
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

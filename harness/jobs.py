@@ -19,10 +19,10 @@ from typing import Callable
 
 import pandas as pd
 
-from cases.case import Case
+from harness.cases.case import Case
 from harness.errors import UsageError
 from harness.impls.base import Implementation
-from reports.results_io import read_results, write_results
+from harness.reports.results_io import read_results, write_results
 
 
 # On an H200 (bench/RESULTS.md), `full` x 3 CUDA implementations with 16 jobs took 293 s split by

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from cases.case import Case
+from harness.cases.case import Case
 from harness.errors import UsageError
 
 CASE_FIELDS = ("dtype", "gate_dtype", "weight_dtype", "shape", "zero_centered_gamma", "eps",
@@ -82,7 +82,7 @@ def find_case(case_id: str, cases: str) -> Case:
     f = _results_file(cases)
     if f is not None:
         return case_from_results(case_id, f)
-    from cases.suite import load_suite
+    from harness.cases.suite import load_suite
     suite = load_suite(cases)
     for c in suite.cases:
         if c.case_id == case_id:
@@ -134,12 +134,12 @@ def _index(flat: int, shape) -> tuple[int, ...]:
 def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override_path: str = "") -> Replay:
     """Run one case for one implementation exactly as the sweep does, then keep the `top` worst
     elements of every (output, reference) check."""
-    from cases.generate import act_format
+    from harness.cases.generate import act_format
     from harness.analysis.check import _hex, check, out_format_name, worst_inputs
     from harness.analysis.metrics import element_errors
     from harness.execute import run_impl
     from harness.runner import case_inputs
-    from references.formats import fmt_of
+    from harness.references.formats import fmt_of
 
     act = act_format(case, impl.act_follows)
     inp, refs = case_inputs(case, impl.act_follows, device)
@@ -230,7 +230,7 @@ def replay(case_id: str, impl_spec: str, cases: str, device: str = "auto", top: 
 def write_replay_results(r: Replay, out_dir, impl_spec: str, cases: str) -> Path:
     """Write the replayed rows (each with its replay command) to OUT_DIR/results.csv; returns the path."""
     from harness.runner import replay_command
-    from reports.results_io import write_results
+    from harness.reports.results_io import write_results
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cmd = replay_command(r.case, impl_spec, cases)

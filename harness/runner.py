@@ -13,14 +13,14 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from cases.case import Case
-from cases.generate import act_format, generate
+from harness.cases.case import Case
+from harness.cases.generate import act_format, generate
 from harness.analysis.check import REFERENCES, check, error_rows
 from harness.execute import run_impl
 from harness.impls.base import Implementation
-from references.bundle import build
-from references.exact import OUTPUTS
-from reports.results_io import append_rows, read_results, repair_for_resume
+from harness.references.bundle import build
+from harness.references.exact import OUTPUTS
+from harness.reports.results_io import append_rows, read_results, repair_for_resume
 
 ROWS_PER_PAIR = len(OUTPUTS) * len(REFERENCES)
 
@@ -178,7 +178,7 @@ def case_inputs(case: Case, act_follows: str, device: str, golden_dir: Path | No
     if golden_dir is None:
         refs = build(inp.to(where))
     else:
-        from references.store import cached_build, refs_to
+        from harness.references.store import cached_build, refs_to
         refs = refs_to(cached_build(inp, case.params(), golden_dir), where)
     return inp.to(device), refs
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cases.suite import load_suite
+from harness.cases.suite import load_suite
 from harness.impls.base import Implementation
 from harness.impls.registry import resolve
 from harness.mutants import MUTANTS

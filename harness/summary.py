@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reports.summary import summarize
+from harness.reports.summary import summarize
 
 SHOWN = ["impl", "out_dtype", "output", "reference", "cases", "failures", "errors", "max_ulp",
          "max_scaled_err", "budget"]

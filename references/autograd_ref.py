@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from references.exact import Inputs
+from harness.references.exact import Inputs
 
 
 def autograd_outputs(inp: Inputs) -> dict[str, torch.Tensor]:

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from references.certify import Certified, certify
-from references.exact import Inputs, exact_outputs
-from references.formats import Format
-from references.models import exact_allowance, model_reference
+from harness.references.certify import Certified, certify
+from harness.references.exact import Inputs, exact_outputs
+from harness.references.formats import Format
+from harness.references.models import exact_allowance, model_reference
 
 
 @dataclass
@@ -48,6 +48,6 @@ class CaseReferences:
 def build(inp: Inputs) -> CaseReferences:
     # On a GPU the compiled single-pass version (references/fast.py) is ~10x faster on big cases; a
     # compile per shape costs seconds, so small cases (and the CPU) keep the eager closed forms.
-    from references.fast import exact_outputs_fused, worth_fusing
+    from harness.references.fast import exact_outputs_fused, worth_fusing
     values, gauges = exact_outputs_fused(inp) if worth_fusing(inp.x) else exact_outputs(inp)
     return CaseReferences(inp, values, gauges)

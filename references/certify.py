@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from references import mp
-from references.exact import Inputs, exact_outputs, float64_error_bound
-from references.formats import Format, round_to
+from harness.references import mp
+from harness.references.exact import Inputs, exact_outputs, float64_error_bound
+from harness.references.formats import Format, round_to
 
 # mpmath works row by row (a row of H elements costs H exps): beyond these many undecided elements
 # per output, or for dweight beyond this many case elements, the rest is left uncertified (and
@@ -49,7 +49,7 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     v = values[output]
     bound = float64_error_bound(inp)[output] * gauges[output]
     golden = round_to(v, fmt)
-    from references.fast import undecided_fast, worth_fusing
+    from harness.references.fast import undecided_fast, worth_fusing
     if worth_fusing(v):
         mask = undecided_fast(v, bound, fmt)             # the same mask, one fused pass
     else:

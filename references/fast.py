@@ -25,8 +25,8 @@ import warnings
 
 import torch
 
-from references.exact import Inputs, completed_on_use, exact_outputs
-from references.formats import Format
+from harness.references.exact import Inputs, completed_on_use, exact_outputs
+from harness.references.formats import Format
 
 # Below this many elements the eager float64 passes take milliseconds on a GPU while a compile
 # (per shape, dtypes, eps) takes seconds: a sweep of many shapes uses eager, big cases fuse.
@@ -131,7 +131,7 @@ def triton_pass_fits(inp: Inputs) -> bool:
     was measured at, eps not so small that its raw row sums could underflow visibly."""
     if not inp.x.is_cuda or not TRITON_MIN_HIDDEN <= inp.hidden <= TRITON_MAX_HIDDEN or inp.eps < TRITON_MIN_EPS:
         return False
-    from references import triton_reference      # imports this module: not at the top
+    from harness.references import triton_reference      # imports this module: not at the top
     return triton_reference.available()
 
 
@@ -247,7 +247,7 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
     if FUSED_BACKEND == "triton" and ("triton",) + key not in _FAILED:
         try:
             if triton_pass_fits(inp):
-                from references.triton_reference import exact_outputs_triton
+                from harness.references.triton_reference import exact_outputs_triton
                 return exact_outputs_triton(inp, layout="regs", table=has_sigmoid_table(inp.gate.dtype),
                                             evict="evict_first")
         except Exception as err:     # a broken Triton, no compiler for this GPU, out of resources, ...:
@@ -270,7 +270,7 @@ def exact_outputs_fused(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str,
 # ---------------------------------------------------------------------------------- undecided mask
 
 def _undecided_eager(v, b, fmt: Format):
-    from references.certify import undecided
+    from harness.references.certify import undecided
     return undecided(v, b, fmt)
 
 

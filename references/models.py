@@ -24,9 +24,9 @@ import math
 
 import torch
 
-from references.exact import Inputs, norm_parts, rmsnorm_backward, \
+from harness.references.exact import Inputs, norm_parts, rmsnorm_backward, \
     rmsnorm_backward_gauge, silu_parts
-from references.formats import Format, round_to
+from harness.references.formats import Format, round_to
 
 MODELS = ("chain", "fused")
 U32 = 2.0 ** -24

@@ -11,7 +11,7 @@ from typing import Sequence
 import mpmath
 import torch
 
-from references.exact import Inputs
+from harness.references.exact import Inputs
 
 DEFAULT_DPS = 50
 

@@ -34,12 +34,12 @@ import mpmath
 import numpy as np
 import torch
 
-from references import mp
-from references.atomic import atomic_write
-from references.bundle import CaseReferences, build
-from references.certify import Certified
-from references.exact import OUTPUTS, Inputs
-from references.formats import Format, fmt_of
+from harness.references import mp
+from harness.references.atomic import atomic_write
+from harness.references.bundle import CaseReferences, build
+from harness.references.certify import Certified
+from harness.references.exact import OUTPUTS, Inputs
+from harness.references.formats import Format, fmt_of
 
 STORE_FORMAT = 1
 QUANTITIES = (*OUTPUTS, "n", "dn")           # what CaseReferences.values / .gauges hold

@@ -48,8 +48,8 @@ import functools
 
 import torch
 
-from references.exact import Inputs, completed_on_use
-from references.fast import has_sigmoid_table, sigmoid_table
+from harness.references.exact import Inputs, completed_on_use
+from harness.references.fast import has_sigmoid_table, sigmoid_table
 
 try:
     import triton

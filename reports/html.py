@@ -15,8 +15,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from references.atomic import atomic_write
-from reports.summary import budget_ratio, normalize, sort_keys, summarize, worst_value
+from harness.references.atomic import atomic_write
+from harness.reports.summary import budget_ratio, normalize, sort_keys, summarize, worst_value
 
 TEMPLATES = Path(__file__).parent / "templates"
 ALL_ROWS_CAP = 2000        # rows of the "all results" table written into the page

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from references.atomic import atomic_write
+from harness.references.atomic import atomic_write
 
 DETAIL = ("max_ulp", "max_scaled_err", "budget_metric", "budget", "worst_index", "worst_got",
           "worst_ref", "worst_inputs", "replay")

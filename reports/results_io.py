@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.schema import COLUMNS
+from harness.reports.schema import COLUMNS
 
 PAIR = ["case_id", "impl"]
 

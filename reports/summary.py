@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from reports.schema import COLUMNS
+from harness.reports.schema import COLUMNS
 
 KEYS = ["impl", "out_dtype", "output", "reference"]
 METRIC_COLS = ["max_ulp", "mean_ulp", "max_scaled_err", "budget"]

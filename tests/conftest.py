@@ -1,8 +1,8 @@
 import torch
 import pytest
 
-from cases.case import Case
-from references.exact import Inputs
+from harness.cases.case import Case
+from harness.references.exact import Inputs
 
 
 def make_case(**kw) -> Case:

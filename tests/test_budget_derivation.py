@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from harness.budgets import default_budget
-from references.exact import Inputs, silu_parts
-from references.formats import fmt_of, ulp
+from harness.references.exact import Inputs, silu_parts
+from harness.references.formats import fmt_of, ulp
 
 BF16 = fmt_of("bf16")
 

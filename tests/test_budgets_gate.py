@@ -11,8 +11,8 @@ from harness.budgets import (Budget, Override, REGEN_CAP, default_budget, load_b
                              parse_budget_file, regen, write_budget_file)
 from harness.errors import UsageError
 from harness.gate import apply_baseline, verdict
-from references.exact import Inputs
-from references.formats import fmt_of
+from harness.references.exact import Inputs
+from harness.references.formats import fmt_of
 
 U32 = 2.0 ** -24
 BF16, FP16, FP32 = fmt_of("bf16"), fmt_of("fp16"), fmt_of("fp32")

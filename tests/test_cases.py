@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cases.case import Case
+from harness.cases.case import Case
 from tests.conftest import make_case
-from cases.generate import generate
-from cases.suite import load_suite, parse_suite, resolve_suite_path
+from harness.cases.generate import generate
+from harness.cases.suite import load_suite, parse_suite, resolve_suite_path
 from harness.errors import UsageError
 from harness.runner import shard
-from references.formats import fmt_of
+from harness.references.formats import fmt_of
 
 ROOT = Path(__file__).resolve().parents[1]
 P = "suites/my.toml"

@@ -9,10 +9,10 @@ import mpmath
 import pytest
 import torch
 
-from references import mp
-from references.certify import certify, undecided
-from references.exact import Inputs, exact_outputs, float64_error_bound
-from references.formats import fmt_of, round_to
+from harness.references import mp
+from harness.references.certify import certify, undecided
+from harness.references.exact import Inputs, exact_outputs, float64_error_bound
+from harness.references.formats import fmt_of, round_to
 from tests.conftest import make_inputs
 
 BF16, FP16, FP32 = fmt_of("bf16"), fmt_of("fp16"), fmt_of("fp32")
@@ -307,7 +307,7 @@ def test_mp_leaves_global_precision_alone():
 
 
 def test_row_budget_cost_model():
-    from references.certify import _within_row_budget
+    from harness.references.certify import _within_row_budget
     # dx: a row costs `hidden` (its c); one new row is always taken, even past the budget
     cache = {("parts", 0, 50): {"c": 1}}
     assert _within_row_budget([5, 20005, 40005], 20000, 16384, cache, "dx") == [5, 20005]

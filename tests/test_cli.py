@@ -6,10 +6,10 @@ import itertools
 import pandas as pd
 import pytest
 
-from cases.suite import load_suite
+from harness.cases.suite import load_suite
 from harness.cli import main
 from harness.runner import shard
-from reports.schema import COLUMNS
+from harness.reports.schema import COLUMNS
 
 SPEC_COLUMNS = ["case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
                 "zero_centered_gamma", "eps", "gate_dist", "output", "reference", "max_ulp", "mean_ulp",
@@ -243,7 +243,7 @@ def test_junit(capsys, tmp_path, suite):
 
 def test_numeric_looking_case_id_survives_resume_and_baseline(capsys, tmp_path):
     # seed 795 of this case hashes to an all-digit id: pandas must not turn it into a number
-    from cases.case import Case
+    from harness.cases.case import Case
     c = Case("bf16", "bf16", "bf16", (4, 32), False, 1e-5, "standard", "normal", "one", 0)
     seed = next(s for s in range(5000) if Case(**{**c.params(), "shape": (4, 32), "seed": s}).case_id.isdigit())
     suite = tmp_path / "one.toml"
@@ -253,7 +253,7 @@ def test_numeric_looking_case_id_survives_resume_and_baseline(capsys, tmp_path):
     assert run(capsys, *args)[0] == 0
     assert run(capsys, *args, "--resume")[0] == 0
     assert run(capsys, *args, "--baseline", str(out))[0] == 0
-    from reports.results_io import read_results
+    from harness.reports.results_io import read_results
     df = read_results(out / "results.csv")
     assert len(df) == 8 and df["case_id"].str.isdigit().all() and df["case_id"].str.len().eq(12).all()
 

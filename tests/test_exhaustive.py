@@ -10,8 +10,8 @@ import torch
 from harness import exhaustive as E
 from harness.cli import main
 from harness.exhaustive import certify as EC, metrics as EM
-from references.formats import fmt_of, ulp
-from reports.schema import COLUMNS
+from harness.references.formats import fmt_of, ulp
+from harness.reports.schema import COLUMNS
 
 BF16 = fmt_of("bf16")
 

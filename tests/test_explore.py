@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 
-from cases.case import Case
-from cases.strategies import MAX_HIDDEN, MAX_TOKENS, cases, inputs
-from cases.suite import parse_suite
+from harness.cases.case import Case
+from harness.cases.strategies import MAX_HIDDEN, MAX_TOKENS, cases, inputs
+from harness.cases.suite import parse_suite
 from harness.commands import print_exploration
 from harness.explore import explore
 from harness.impls.base import Implementation

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from references.certify import undecided
-from references.exact import exact_outputs, float64_error_bound
-from references.fast import exact_outputs_fused, undecided_fast
-from references.formats import fmt_of, ulp
+from harness.references.certify import undecided
+from harness.references.exact import exact_outputs, float64_error_bound
+from harness.references.fast import exact_outputs_fused, undecided_fast
+from harness.references.formats import fmt_of, ulp
 from tests.conftest import make_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_undecided_fast_equals_undecided_near_boundaries(fmt_name):
             want = undecided(v, bb, fmt)
             got = undecided_fast(v, bb, fmt)
             assert torch.equal(got, want), (fmt_name, rel, int((got != want).sum()))
-    from references.fast import _FAILED
+    from harness.references.fast import _FAILED
     assert not [k for k in _FAILED if k[0] == "undecided"]      # the compiled pass ran, no eager fallback
     # exact midpoints with a zero bound are decided (ties to even), any bound that moves v +- b off them undecides them
     q = ulp(torch.tensor([1.0], dtype=torch.float64), fmt)
@@ -120,7 +120,7 @@ def test_undecided_fast_on_certify_bounds():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_sigmoid_table_holds_sigmoid_of_every_bit_pattern(dtype):
-    from references.fast import sigmoid_table
+    from harness.references.fast import sigmoid_table
     tab = sigmoid_table(dtype, "cpu")
     bits = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16)
     t = bits.view(dtype).to(torch.float64)
@@ -137,7 +137,7 @@ def test_sigmoid_table_holds_sigmoid_of_every_bit_pattern(dtype):
 @pytest.mark.parametrize("mode", ["all", "columns"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_fused_pass_with_the_table_matches_exact_outputs(monkeypatch, dtype, mode):
-    from references import fast
+    from harness.references import fast
     monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", mode)
     asked, table_of = [], fast.sigmoid_table
     monkeypatch.setattr(fast, "sigmoid_table", lambda d, dev: asked.append(d) or table_of(d, dev))
@@ -157,7 +157,7 @@ def test_fused_pass_reads_its_sigmoids_from_the_table(monkeypatch, mode):
     """A table holding 2*sigmoid(t) (and sigmoid(-t) as it is) doubles y = n * t * s and dweight
     (a sum of dn * xhat, dn = dy * t * s) where the pass reads it: everywhere ("all"), or in the
     column sums only ("columns": y keeps the exp)."""
-    from references import fast
+    from harness.references import fast
     monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", mode)
     table_of = fast.sigmoid_table
     monkeypatch.setattr(fast, "sigmoid_table",
@@ -174,7 +174,7 @@ def test_fused_pass_reads_its_sigmoids_from_the_table(monkeypatch, mode):
 
 
 def test_fused_table_setting_must_be_a_mode(monkeypatch):
-    from references import fast
+    from harness.references import fast
     monkeypatch.setattr(fast, "FUSED_SIGMOID_TABLE", True)
     with pytest.raises(ValueError, match="FUSED_SIGMOID_TABLE"):
         fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
@@ -187,7 +187,7 @@ def test_fused_table_setting_must_be_a_mode(monkeypatch):
 def test_fused_body_row_sum_forms_match_exact_outputs(case, row_sums, columns):
     """Both ways of writing dx's row sums (mean(dxhat xhat), or r mean(dn g x) — one loop for
     Inductor), with and without the dweight column sums in the graph, eagerly: within the bound."""
-    from references.fast import _outputs_body
+    from harness.references.fast import _outputs_body
     shape, dtype, zc, (scale, shift) = case
     inp = make_inputs(shape, dtype, zc, gate_scale=scale, gate_shift=shift, seed=3)
     v, g = exact_outputs(inp)
@@ -212,7 +212,7 @@ def test_fused_body_row_sum_forms_match_exact_outputs(case, row_sums, columns):
 
 
 def test_fused_pass_with_raw_row_sums_matches_exact_outputs(monkeypatch):
-    from references import fast
+    from harness.references import fast
     monkeypatch.setattr(fast, "FUSED_ROW_SUMS", "raw")
     inp = make_inputs((3, 96), torch.bfloat16, True, gate_scale=6.0, gate_shift=-2.0, seed=5)
     v, g = exact_outputs(inp)
@@ -226,14 +226,14 @@ def test_fused_pass_with_raw_row_sums_matches_exact_outputs(monkeypatch):
 
 
 def test_fused_row_sums_setting_must_be_a_mode(monkeypatch):
-    from references import fast
+    from harness.references import fast
     monkeypatch.setattr(fast, "FUSED_ROW_SUMS", "RAW")
     with pytest.raises(ValueError, match="FUSED_ROW_SUMS 'RAW'"):
         fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
 
 
 def test_fused_backend_setting_must_be_a_backend(monkeypatch):
-    from references import fast
+    from harness.references import fast
     monkeypatch.setattr(fast, "FUSED_BACKEND", "cuda")
     with pytest.raises(ValueError, match="FUSED_BACKEND 'cuda'"):
         fast.exact_outputs_fused(make_inputs((2, 8), torch.bfloat16))
@@ -241,7 +241,7 @@ def test_fused_backend_setting_must_be_a_backend(monkeypatch):
 
 def test_triton_pass_fits_measured_rows_on_cuda_with_triton(monkeypatch):
     from types import SimpleNamespace
-    from references import fast, triton_reference
+    from harness.references import fast, triton_reference
     monkeypatch.setattr(triton_reference, "available", lambda: True)
 
     def inp(hidden=4096, eps=1e-5, cuda=True):
@@ -257,7 +257,7 @@ def test_triton_pass_fits_measured_rows_on_cuda_with_triton(monkeypatch):
 
 def _stand_in_triton_pass(monkeypatch, behaviour):
     """exact_outputs_triton replaced by behaviour(inp) (recording its calls), every input "fitting"."""
-    from references import fast, triton_reference
+    from harness.references import fast, triton_reference
     calls = []
     monkeypatch.setattr(triton_reference, "exact_outputs_triton",
                         lambda inp, **kw: calls.append((tuple(inp.x.shape), kw)) or behaviour(inp))
@@ -269,7 +269,7 @@ def _stand_in_triton_pass(monkeypatch, behaviour):
 
 
 def test_fused_pass_hands_fitting_cases_to_the_triton_pass(monkeypatch):
-    from references import fast
+    from harness.references import fast
     result = (object(), object())
     calls = _stand_in_triton_pass(monkeypatch, lambda inp: result)
     with warnings.catch_warnings():
@@ -289,7 +289,7 @@ def test_fused_pass_hands_fitting_cases_to_the_triton_pass(monkeypatch):
 def test_fused_pass_falls_back_to_inductor_when_the_triton_pass_fails(monkeypatch, where):
     """A failing kernel (no compiler for this GPU, out of resources) or a broken Triton install
     (triton_pass_fits raising): one warning naming the key, Inductor's pass, and no second try."""
-    from references import fast
+    from harness.references import fast
 
     def broken(inp):
         raise RuntimeError("out of resources")
@@ -332,7 +332,7 @@ def _agrees_with_eager(inp, vf, gf):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA")
 def test_fused_pass_on_cuda_runs_the_triton_kernel_where_it_fits(monkeypatch):
     pytest.importorskip("triton")
-    from references import fast, triton_reference
+    from harness.references import fast, triton_reference
     monkeypatch.setattr(fast, "FUSED_BACKEND", "triton")
     monkeypatch.setattr(fast, "_FAILED", set())
     calls, real = [], triton_reference.exact_outputs_triton
@@ -353,7 +353,7 @@ def test_fused_pass_on_cuda_runs_the_triton_kernel_where_it_fits(monkeypatch):
 def test_the_run_environment_names_the_reference_pass(monkeypatch):
     """A CUDA run records which pass builds its big cases' references (report's environment)."""
     from harness.environment import environment
-    from references import fast, triton_reference
+    from harness.references import fast, triton_reference
     assert "reference_pass" not in environment("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a GPU")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from references.formats import FORMATS, fmt_of, round_to, ulp
+from harness.references.formats import FORMATS, fmt_of, round_to, ulp
 
 
 def test_round_to_matches_numpy_single_rounding():

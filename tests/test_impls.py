@@ -11,17 +11,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cases.case import Case
+from harness.cases.case import Case
 from tests.conftest import make_case
-from cases.generate import generate
+from harness.cases.generate import generate
 from harness.analysis.check import check
 from harness.errors import UsageError
 from harness.execute import run_impl
 from harness.impls import registry, te_adapter
 from harness.impls.base import Implementation
 from harness.runner import SweepConfig, case_rows
-from references.bundle import build
-from references.exact import OUTPUTS
+from harness.references.bundle import build
+from harness.references.exact import OUTPUTS
 
 _n = itertools.count()
 
@@ -48,7 +48,7 @@ def rows_for(impl: Implementation, case: Case, tmp_path=Path("/tmp")) -> list[di
 def checked(impl: Implementation, case: Case):
     act = case.weight_dtype if impl.act_follows == "weight" else case.dtype
     inp = generate(case, impl.act_follows)
-    from references.formats import fmt_of
+    from harness.references.formats import fmt_of
     outcome = run_impl(impl, inp, fmt_of(act).dtype, "cpu")
     return outcome, check(case, impl, "cpu", build(inp), outcome)
 

@@ -87,7 +87,7 @@ def test_jobs_usage_errors(capsys, tmp_path, suite, extra):
 
 @pytest.mark.parametrize("n", [1, 3, 7, 16])
 def test_shard_by_shape_keeps_compile_keys_together(n):
-    from cases.suite import load_suite
+    from harness.cases.suite import load_suite
     from harness.runner import compile_key, shard
     cases = list(load_suite("full").cases)
     parts = [shard(cases, k, n, by="shape") for k in range(1, n + 1)]

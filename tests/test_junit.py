@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 import pandas as pd
 
 from harness.cli import main
-from reports.junit import write_junit
+from harness.reports.junit import write_junit
 
 SUITE = """
 name = "junit"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness.analysis.metrics import ElementErrors, element_errors, reduce
-from references.formats import fmt_of
+from harness.references.formats import fmt_of
 
 INF = math.inf
 NAN = math.nan

@@ -6,11 +6,11 @@ import mpmath
 import pytest
 import torch
 
-from references import mp
-from references.autograd_ref import autograd_outputs
-from references.exact import Inputs, exact_outputs, float64_error_bound
-from references.formats import fmt_of, round_to
-from references.models import model_reference
+from harness.references import mp
+from harness.references.autograd_ref import autograd_outputs
+from harness.references.exact import Inputs, exact_outputs, float64_error_bound
+from harness.references.formats import fmt_of, round_to
+from harness.references.models import model_reference
 from tests.conftest import make_inputs
 
 SHAPES = [(19,), (3, 19), (2, 3, 96), (2, 1, 2, 127)]

@@ -10,7 +10,7 @@ import torch
 
 from harness.analysis.check import _hex
 from harness.cli import main
-from references.formats import fmt_of
+from harness.references.formats import fmt_of
 
 # A plug-in with a precision bug: SiLU evaluated in bf16 (the class is a valid factory).
 BUG = "bug=harness.mutants:SiluInBf16"

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports.html import write_all
-from reports.schema import COLUMNS
-from reports.summary import summarize
+from harness.reports.html import write_all
+from harness.reports.schema import COLUMNS
+from harness.reports.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("verdict", "accuracy", "histograms", "worst", "baseline", "environment")

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from references import store
-from references.bundle import build
-from references.exact import Inputs
-from references.formats import fmt_of
-from references.store import cached_build, key_for, load, load_checked, path_for, refs_to, save
+from harness.references import store
+from harness.references.bundle import build
+from harness.references.exact import Inputs
+from harness.references.formats import fmt_of
+from harness.references.store import cached_build, key_for, load, load_checked, path_for, refs_to, save
 from tests.conftest import make_inputs
 
 PARAMS = {"shape": [3, 40], "dtype": "bf16", "seed": 7, "eps": 1e-5}
@@ -306,7 +306,7 @@ def test_never_unpickles():
 
 
 def test_runner_uses_store(tmp_path):
-    from cases.suite import load_suite
+    from harness.cases.suite import load_suite
     from harness.impls.registry import resolve
     from harness.runner import SweepConfig, case_rows
 
@@ -327,9 +327,9 @@ def test_runner_uses_store(tmp_path):
 def test_refs_to_moves_the_pending_entries_of_derived_dicts():
     """The fused reference leaves n, dn and some gauges to be computed on first use
     (exact.Derived); a copy to another device must carry them, computed."""
-    from references.bundle import CaseReferences
-    from references.exact import Derived, exact_outputs
-    from references.store import refs_to
+    from harness.references.bundle import CaseReferences
+    from harness.references.exact import Derived, exact_outputs
+    from harness.references.store import refs_to
     from tests.conftest import make_inputs
     inp = make_inputs((2, 8))
     v, g = exact_outputs(inp)

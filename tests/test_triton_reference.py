@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from references.exact import exact_outputs, float64_error_bound
+from harness.references.exact import exact_outputs, float64_error_bound
 from tests.conftest import make_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ CASES = [((5, 19), torch.bfloat16, False, 1e-5, 0.0), ((3, 4, 64), torch.float16
 
 
 def check_all(device: str) -> None:
-    from references.triton_reference import exact_outputs_triton
+    from harness.references.triton_reference import exact_outputs_triton
     runs = [(c, {}) for c in CASES] + \
            [(c, {"rows_per_block": 4, "chunk": 16}) for c in CASES] + \
            [(c, {"rows_per_block": 4, "chunk": 16, "reverse": False}) for c in CASES] + \
@@ -68,7 +68,7 @@ def check_all(device: str) -> None:
             assert torch.all((vt[k][ok] - v[k][ok]).abs() <= tol), (shape, k)
             assert torch.all((gt[k][ok] - g[k][ok]).abs() <= tol), (shape, k)
     # the hybrid's column-sum kernel: dweight and its gauge from each row's rsqrt
-    from references.triton_reference import column_sums_triton
+    from harness.references.triton_reference import column_sums_triton
     for (shape, dtype, zc, eps, shift) in CASES:
         inp = make_inputs(shape, dtype, zc, gate_shift=shift, eps=eps, seed=len(shape)).to(device)
         v, g = exact_outputs(inp)
@@ -90,7 +90,7 @@ def check_regs_special(device: str) -> None:
     raw row sums dy silu gam x underflow (gate -700) where the eager form's dxhat * xhat (xhat = x r)
     does not — by far more than the bound at eps 0 (x ~ 1e-20, r ~ 1e20), by less than the tests'
     absolute 1e-300 at eps 1e-20 (x ~ 1e-12: raw terms subnormal, eager's normal)."""
-    from references.triton_reference import exact_outputs_triton
+    from harness.references.triton_reference import exact_outputs_triton
     kw = dict(layout="regs", table=True, evict="evict_first", poison=True)
 
     def gap(inp, **extra):
@@ -147,7 +147,7 @@ def test_triton_reference_matches_exact_outputs():
 
 def test_triton_reference_layout_must_be_one_of_the_layouts():
     pytest.importorskip("triton")
-    from references.triton_reference import exact_outputs_triton
+    from harness.references.triton_reference import exact_outputs_triton
     with pytest.raises(ValueError, match="layout 'tiles'"):
         exact_outputs_triton(make_inputs((2, 8), torch.bfloat16), layout="tiles")
 
@@ -159,21 +159,21 @@ def test_triton_reference_layout_must_be_one_of_the_layouts():
                                        ({"layout": "sweep", "row_major": True}, "row_major")])
 def test_triton_reference_refuses_options_its_layout_ignores(kw, match):
     pytest.importorskip("triton")
-    from references.triton_reference import exact_outputs_triton
+    from harness.references.triton_reference import exact_outputs_triton
     with pytest.raises(ValueError, match=match):
         exact_outputs_triton(make_inputs((2, 8), torch.bfloat16), **kw)
 
 
 def test_triton_reference_regs_refuses_more_column_steps_than_it_unrolls():
     pytest.importorskip("triton")
-    from references.triton_reference import exact_outputs_triton
+    from harness.references.triton_reference import exact_outputs_triton
     with pytest.raises(ValueError, match="at most 16 column steps, got hidden 300 / chunk 16"):
         exact_outputs_triton(make_inputs((2, 300), torch.bfloat16), layout="regs", chunk=16)
 
 
 def test_column_sums_triton_refuses_a_wrong_rsqrt():
     pytest.importorskip("triton")
-    from references.triton_reference import column_sums_triton
+    from harness.references.triton_reference import column_sums_triton
     inp = make_inputs((3, 8), torch.bfloat16)
     for r in (torch.ones(3, dtype=torch.float32), torch.ones(4, dtype=torch.float64)):
         with pytest.raises(ValueError, match="one float64 rsqrt a row"):

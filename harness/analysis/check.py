@@ -7,14 +7,14 @@ import math
 
 import torch
 
-from cases.case import Case
+from harness.cases.case import Case
 from harness.analysis.metrics import element_errors, reduce
 from harness.budgets import METRIC, default_budget, lookup
 from harness.execute import Outcome
 from harness.impls.base import Implementation
-from references.bundle import CaseReferences
-from references.exact import OUTPUTS
-from references.formats import fmt_of, round_to
+from harness.references.bundle import CaseReferences
+from harness.references.exact import OUTPUTS
+from harness.references.formats import fmt_of, round_to
 
 REFERENCES = ("exact", "model")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from references.formats import Format, round_to, ulp
+from harness.references.formats import Format, round_to, ulp
 
 
 @dataclass

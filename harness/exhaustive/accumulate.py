@@ -9,7 +9,7 @@ import torch
 
 from harness.exhaustive.enumerate import REGIMES, case_hash
 from harness.exhaustive.metrics import TOPK
-from references.formats import Format, round_to
+from harness.references.formats import Format, round_to
 
 
 @dataclass

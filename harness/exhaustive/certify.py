@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from references.formats import Format, round_to
+from harness.references.formats import Format, round_to
 
 MP_CAP = 20_000                         # mpmath decisions per tile, beyond: uncertified
 NEAR_EXACT_DELTA = 2.0 ** -40
@@ -16,7 +16,7 @@ CLOSED_FORM_LARGE = 2.0 ** -32          # gates >= 2 with gate * sigmoid(-gate) 
 
 def _mp_golden(output: str, x: list[float], g: list[float], dy: float, fmt: Format) -> list[float]:
     import mpmath
-    from references.mp import round_mpf
+    from harness.references.mp import round_mpf
     out = []
     with mpmath.workdps(50):
         d = mpmath.mpf(dy)
@@ -35,7 +35,7 @@ def _mp_golden(output: str, x: list[float], g: list[float], dy: float, fmt: Form
 
 
 def _undecided(v: torch.Tensor, bound: torch.Tensor, fmt: Format) -> torch.Tensor:
-    from references.certify import undecided
+    from harness.references.certify import undecided
     return undecided(v, bound, fmt)
 
 

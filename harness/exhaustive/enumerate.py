@@ -12,8 +12,8 @@ import torch
 
 from harness.errors import UsageError
 from harness.exhaustive.impls import IMPLS
-from references.exact import silu_parts
-from references.formats import Format, fmt_of
+from harness.references.exact import silu_parts
+from harness.references.formats import Format, fmt_of
 
 OUTPUTS = ("y", "dn", "dgate")
 REGIMES = ("normal", "extreme")

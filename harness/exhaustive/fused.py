@@ -41,7 +41,7 @@ from harness.exhaustive.certify import MP_CAP, closed_form_golden, near_exact_go
 from harness.exhaustive.enumerate import OUTPUTS, REGIMES, gate_blocks, pad_rows, setup
 from harness.exhaustive.metrics import _EXP_MASK, EDGES, F64_BOUND, METRIC, TOPK, budget_for, elementwise, \
     kernel_args, use_compile
-from references.formats import Format
+from harness.references.formats import Format
 
 _INNER = tuple(EDGES[1:-1])
 _NB = len(EDGES) - 1
@@ -127,7 +127,7 @@ def _tile_fn(fmt: Format, regime: str, compiled: bool):
             return _tile_body(cy, cg, x64, dyx, dyx_abs, S, D, DA, cy_k=cy_k, cg_k=cg_k)
 
         if compiled:
-            from references.fast import _inductor_options, _raise_recompile_limit
+            from harness.references.fast import _inductor_options, _raise_recompile_limit
             _raise_recompile_limit()
             fn = torch.compile(body, dynamic=False, fullgraph=True, options=_inductor_options())
         else:

@@ -12,9 +12,9 @@ import math
 import torch
 
 from harness import budgets
-from references.exact import Inputs, float64_error_bound
-from references.formats import Format
-from references.models import silugate_noise
+from harness.references.exact import Inputs, float64_error_bound
+from harness.references.formats import Format
+from harness.references.models import silugate_noise
 
 # dn = dy * silu(gate) is a product like y (no cancellation): ulp; dgate can cancel: scaled.
 METRIC = {"y": budgets.METRIC["y"], "dn": budgets.METRIC["y"], "dgate": budgets.METRIC["dgate"]}

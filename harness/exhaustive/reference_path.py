@@ -14,7 +14,7 @@ from harness.exhaustive.certify import MP_CAP, near_exact_golden
 from harness.exhaustive.enumerate import OUTPUTS, REGIMES, gate_blocks, setup
 from harness.exhaustive.metrics import EDGES, F64_BOUND, METRIC, TOPK, _ELEMENTWISE, budget_for, elementwise, \
     kernel_args, use_compile
-from references.formats import Format
+from harness.references.formats import Format
 
 
 def _bins(err: torch.Tensor, edges: torch.Tensor, weight: int) -> torch.Tensor:

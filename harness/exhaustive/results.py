@@ -9,7 +9,7 @@ import torch
 from harness.exhaustive.accumulate import Acc, Result
 from harness.exhaustive.enumerate import bits_of
 from harness.exhaustive.metrics import EDGES, METRIC, budget_for
-from references.formats import fmt_of
+from harness.references.formats import fmt_of
 
 
 def _hex_of(v: float, dt: torch.dtype) -> str:
@@ -127,7 +127,7 @@ def _replace_rows(path: Path, new, keys: list[str]):
 def write_outputs(res: Result, out_dir: Path) -> None:
     """results.csv: rows of the same (case_id, impl) are replaced, others kept (append);
     histogram.csv and worst.csv likewise."""
-    from reports.results_io import write_results
+    from harness.reports.results_io import write_results
     out_dir.mkdir(parents=True, exist_ok=True)
     keys = ["case_id", "impl"]
     write_results(out_dir / "results.csv", _replace_rows(out_dir / "results.csv", rows(res), keys))

@@ -51,7 +51,7 @@ class _Compiled(nn.Module):
         self.weight = inner.weight
         # Dynamo's default recompile limit (8) would silently run every later shape eager: each
         # hidden size is a new graph (the weight parameter's shape is static), so raise it.
-        from references.fast import _raise_recompile_limit
+        from harness.references.fast import _raise_recompile_limit
         _raise_recompile_limit(1024)
         # The option must be in force when Inductor generates code, not when the graph runs.
         self._fn = torch.compile(inner, dynamic=True,
