@@ -1,4 +1,8 @@
-"""A case is a frozen value: every axis named, nothing hidden in defaults, a stable id."""
+"""A case is a frozen value: every axis named, a stable id.
+
+The op-variant axes (group_size, norm_before_gate) and dy_dist came later than the others; their
+defaults (one group, norm first, random normal dy) are left out of the hashed parameters, so every
+case written before them keeps its id (and its golden-store key and baseline rows)."""
 from __future__ import annotations
 
 import hashlib
@@ -9,9 +13,13 @@ DTYPES = ("fp32", "fp16", "bf16")
 X_DISTS = ("standard", "large", "tiny", "subnormal", "zero_row", "outlier")
 GATE_DISTS = ("normal", "negative", "saturating", "underflow", "large_positive", "tiny")
 GAMMA_DISTS = ("one", "zero", "outlier")
+DY_DISTS = ("normal", "ones", "positive")      # upstream gradient: random, loss = y.sum(), one sign
 # Inputs a realistic layer does not see: kept apart so budgets and reports can tell them apart.
 EXTREME_X = {"large", "tiny", "subnormal"}
 EXTREME_GATE = {"saturating", "underflow"}
+
+
+LATER_AXES = {"group_size": None, "norm_before_gate": True, "dy_dist": "normal"}
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,13 @@ class Case:
     gate_dist: str
     gamma_dist: str
     seed: int
+    group_size: int | None = None        # channels per group of the norm's mean; None: the hidden size
+    norm_before_gate: bool = True        # False: the Mamba-2 order, y = RMSNorm(x * silu(gate))
+    dy_dist: str = "normal"
+
+    def __post_init__(self):
+        if self.group_size is not None and self.group_size == self.shape[-1]:
+            object.__setattr__(self, "group_size", None)       # one spelling per case (one id)
 
     @property
     def hidden(self) -> int:
@@ -43,9 +58,17 @@ class Case:
         extreme = self.x_dist in EXTREME_X or self.gate_dist in EXTREME_GATE or self.eps >= 0.1
         return "extreme" if extreme else "normal"
 
+    @property
+    def group(self) -> int:
+        return self.group_size or self.hidden
+
     def params(self) -> dict:
+        """Every parameter, the later axes only where they differ from their defaults."""
         d = asdict(self)
         d["shape"] = list(self.shape)
+        for k, default in LATER_AXES.items():
+            if d[k] == default:
+                del d[k]
         return d
 
     @property
@@ -62,8 +85,11 @@ class Case:
         if self.weight_dtype != self.dtype:
             dt += f"/w:{self.weight_dtype}"
         zc = " zc" if self.zero_centered_gamma else ""
-        return (f"{dt} {'x'.join(map(str, self.shape))}{zc} eps={self.eps:g} "
-                f"x:{self.x_dist} gate:{self.gate_dist} gamma:{self.gamma_dist}")
+        variant = (f" G={self.group_size}" if self.group_size else "") + \
+            ("" if self.norm_before_gate else " gate-first")
+        dy = "" if self.dy_dist == "normal" else f" dy:{self.dy_dist}"
+        return (f"{dt} {'x'.join(map(str, self.shape))}{zc}{variant} eps={self.eps:g} "
+                f"x:{self.x_dist} gate:{self.gate_dist} gamma:{self.gamma_dist}{dy}")
 
     def to_toml(self) -> str:
         """One suite entry that reproduces exactly this case (printed by hypothesis shrinking)."""

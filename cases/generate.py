@@ -82,6 +82,18 @@ def gamma_values(dist: str, gen, hidden: int, zero_centered: bool) -> torch.Tens
     raise ValueError(f"unknown gamma distribution {dist!r}")
 
 
+def dy_values(dist: str, gen, shape) -> torch.Tensor:
+    """The upstream gradient: random normal (dweight's token sums cancel: its gauge ~sqrt(T) times
+    its value), all ones (loss = y.sum(), what training sees), or of one sign with random size."""
+    if dist == "normal":
+        return torch.randn(shape, generator=gen, dtype=torch.float64)
+    if dist == "ones":
+        return torch.ones(shape, dtype=torch.float64)
+    if dist == "positive":
+        return torch.randn(shape, generator=gen, dtype=torch.float64).abs()
+    raise ValueError(f"unknown dy distribution {dist!r}")
+
+
 def act_format(case: Case, act_follows: str = "x") -> Format:
     return fmt_of(case.weight_dtype if act_follows == "weight" else case.dtype)
 
@@ -95,5 +107,5 @@ def generate(case: Case, act_follows: str = "x") -> Inputs:
     gate = to_dtype_exact(gate_values(case.gate_dist, gen, shape), fg)
     w = to_dtype_exact(gamma_values(case.gamma_dist, gen, case.hidden, case.zero_centered_gamma), fw)
     fa = act_format(case, act_follows)
-    dy = to_dtype_exact(torch.randn(shape, generator=gen, dtype=torch.float64), fa)
-    return Inputs(x, gate, w, dy, case.eps, case.zero_centered_gamma)
+    dy = to_dtype_exact(dy_values(case.dy_dist, gen, shape), fa)
+    return Inputs(x, gate, w, dy, case.eps, case.zero_centered_gamma, case.group_size, case.norm_before_gate)

@@ -2,14 +2,15 @@
 
 `cases()` draws a Case: every dtype (and mixed gate / weight dtypes), shapes of 1 to 4 dimensions
 with small sizes (hidden 1..300, tokens 1..64), zero-centred gamma on and off, eps from
-{1e-5, 1e-6, 0.3}, every x / gate / gamma distribution, and a seed. Each axis shrinks towards the
+{1e-5, 1e-6, 0.3}, every x / gate / gamma / dy distribution, a group size dividing the hidden size,
+both op orders, and a seed. Each axis shrinks towards the
 plainest value (first listed), so a shrunk failure names the smallest case that still fails.
 `inputs()` maps cases to their generated Inputs (cases.generate)."""
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from harness.cases.case import DTYPES, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
+from harness.cases.case import DTYPES, DY_DISTS, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
 from harness.cases.generate import generate
 
 __all__ = ["cases", "shapes", "inputs", "EPS", "MAX_HIDDEN", "MAX_TOKENS"]
@@ -49,8 +50,12 @@ def cases(draw, dtypes=DTYPES, max_hidden: int = MAX_HIDDEN, max_tokens: int = M
     gate_dist = draw(st.sampled_from(GATE_DISTS))
     gamma_dist = draw(st.sampled_from(GAMMA_DISTS))
     seed = draw(st.integers(0, SEEDS - 1))
+    hidden = shape[-1]
+    group = draw(st.sampled_from([hidden] + [g for g in range(1, hidden) if hidden % g == 0]))
+    norm_before_gate = draw(st.booleans().map(lambda b: not b))      # shrinks towards norm first
+    dy_dist = draw(st.sampled_from(DY_DISTS))
     return Case(dtype, gate_dtype, weight_dtype, tuple(shape), zc, float(eps), x_dist, gate_dist,
-                gamma_dist, seed)
+                gamma_dist, seed, group, norm_before_gate, dy_dist)
 
 
 def inputs(case=None, act_follows: str = "x"):

@@ -14,6 +14,10 @@ given) and single cases. Every problem is reported as `FILE: KEY: reason` (Usage
     gate_dist = ["normal", "negative"]
     gamma_dist = ["auto"]                # "auto" = "zero" when zero-centred, else "one"
     seeds = [0]
+    group_size = ["hidden", 64]          # channels per group of the norm ("hidden": one group);
+                                         # combinations whose hidden size it does not divide are dropped
+    norm_before_gate = [true, false]     # false: the Mamba-2 order, RMSNorm(x * silu(gate))
+    dy_dist = ["normal", "ones"]         # the upstream gradient: random normal, all ones, or "positive"
 """
 from __future__ import annotations
 
@@ -23,17 +27,18 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from harness.cases.case import DTYPES, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
-from harness.errors import UsageError
+from harness.cases.case import DTYPES, DY_DISTS, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
+from harness.references.errors import UsageError
 
 AXES = {
     "dtype": DTYPES, "gate_dtype": ("same",) + DTYPES, "weight_dtype": ("same",) + DTYPES,
     "shape": None, "zero_centered_gamma": None, "eps": None,
     "x_dist": X_DISTS, "gate_dist": GATE_DISTS, "gamma_dist": ("auto",) + GAMMA_DISTS, "seeds": None,
+    "group_size": None, "norm_before_gate": None, "dy_dist": DY_DISTS,
 }
 DEFAULTS = {"gate_dtype": ["same"], "weight_dtype": ["same"], "zero_centered_gamma": [False],
             "eps": [1e-5], "x_dist": ["standard"], "gate_dist": ["normal"], "gamma_dist": ["auto"],
-            "seeds": [0]}
+            "seeds": [0], "group_size": ["hidden"], "norm_before_gate": [True], "dy_dist": ["normal"]}
 REQUIRED = ("dtype", "shape")
 TOP_KEYS = {"name", "description", "group", "case"}
 MAX_ELEMENTS = 1 << 31
@@ -98,6 +103,10 @@ def _check_axis(where: str, key: str, values) -> list:
             raise UsageError(f"{where}.eps: {v!r} is not a positive number")
         if key == "seeds" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise UsageError(f"{where}.seeds: {v!r} is not a non-negative integer")
+        if key == "group_size" and v != "hidden" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise UsageError(f"{where}.group_size: {v!r} is not a positive integer or \"hidden\"")
+        if key == "norm_before_gate" and not isinstance(v, bool):
+            raise UsageError(f"{where}.norm_before_gate: {v!r} is not true/false")
     return values
 
 
@@ -124,8 +133,16 @@ def _expand(where: str, table: dict, single: bool) -> list[Case]:
         gamma = c["gamma_dist"]
         if gamma == "auto":
             gamma = "zero" if c["zero_centered_gamma"] else "one"
+        group = None if c["group_size"] == "hidden" else c["group_size"]
+        if group is not None and c["shape"][-1] % group:
+            if single:
+                raise UsageError(f"{where}.group_size: {group} does not divide the hidden size {c['shape'][-1]}")
+            continue                         # an invalid combination of a group's axes: not a case
         cases.append(Case(c["dtype"], gd, wd, tuple(c["shape"]), c["zero_centered_gamma"],
-                          float(c["eps"]), c["x_dist"], c["gate_dist"], gamma, c["seeds"]))
+                          float(c["eps"]), c["x_dist"], c["gate_dist"], gamma, c["seeds"], group,
+                          c["norm_before_gate"], c["dy_dist"]))
+    if not cases:
+        raise UsageError(f"{where}: no valid case (group_size divides none of the hidden sizes)")
     return cases
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.errors import UsageError
+from harness.references.errors import UsageError
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 128
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.M)
@@ -111,7 +111,7 @@ def run_step(worktree: Path, impl: str, cases: str, device: str, results_root: P
 
 
 def _only_errors(results: Path) -> bool:
-    from harness.errors import UsageError
+    from harness.references.errors import UsageError
     from harness.reports.results_io import read_results
     try:
         status = read_results(results)["status"]

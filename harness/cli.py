@@ -1,15 +1,19 @@
-"""Command line: `harness run|cases|merge|report|replay|budgets|selftest|bisect|exhaustive`.
+"""Command line: `harness run|identify|cases|merge|report|replay|budgets|selftest|bisect|exhaustive`.
 
-Thin by design: parse, call the library, map errors to exit codes in one place
-(0 within budget, 1 over budget / regressed / not found, 2 usage or input error)."""
+Thin by design: parse, call the library, and map what escapes to an exit code in one place — a
+UsageError is the user's (exit 2, one line, no traceback), an interrupt 130, a closed stdout
+(`harness cases quick | head`) a quiet 0, anything else a bug of the harness (its traceback,
+exit 3)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 
-from harness.errors import UsageError
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+from harness.commands import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from harness.references.errors import UsageError
+from harness.worker import DEFAULT_TIMEOUT
 
 
 class _Parser(argparse.ArgumentParser):
@@ -17,14 +21,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def _parse_shard(s: str) -> tuple[int, int]:
-    try:
-        k, n = (int(v) for v in s.split("/"))
-    except ValueError:
-        raise UsageError(f"--shard {s!r}: expected K/N, e.g. 1/4") from None
-    if not (n >= 1 and 1 <= k <= n):
-        raise UsageError(f"--shard {s!r}: need 1 <= K <= N")
-    return k, n
+def _sweep_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--impl", action="append", required=True, help="built-in name, entry point or NAME=MODULE:ATTR (repeatable)")
+    p.add_argument("--cases", default="quick", help="suite name, suite .toml path, or 'hypothesis'")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--out", default="out")
+    p.add_argument("--budgets", help="budget file (CSV) overriding the defaults")
+    p.add_argument("--jobs", type=int, default=1, help="N isolated workers at once (compiles and autotuning in parallel)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds a pair may run before it is an error")
+    p.add_argument("--threads", type=int, help="CPU threads per worker (default: cores / jobs)")
+    p.add_argument("--gpus", help="GPU indices to spread the workers over, e.g. 0,1 (worker k on GPU k mod N)")
+    p.add_argument("--isolate", choices=["auto", "process", "inline"], default="auto",
+                   help="run each pair in a worker process (auto: wherever the implementation can be sent to one)")
+    p.add_argument("--golden", help="golden store directory: reuse certified references across runs")
+    p.add_argument("--reference-backend", choices=["auto", "inductor", "eager"], default="auto",
+                   help="the float64 reference pass for big CUDA cases")
+    p.add_argument("--no-report", action="store_true", help="skip report.html")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,26 +44,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     r = sub.add_parser("run", help="run a sweep and gate on the budgets")
-    r.add_argument("--impl", action="append", required=True,
-                   help="built-in name or NAME=MODULE:ATTR (repeatable)")
-    r.add_argument("--cases", default="quick", help="suite name, suite .toml path, or 'hypothesis'")
-    r.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    r.add_argument("--out", default="out")
-    r.add_argument("--budgets", help="budget file (CSV) overriding the defaults")
+    _sweep_options(r)
     r.add_argument("--baseline", help="earlier results directory: fail checks that got worse")
     r.add_argument("--junit", help="also write JUnit XML here")
-    r.add_argument("--resume", action="store_true", help="skip finished case x impl pairs in --out")
-    r.add_argument("--shard", help="K/N: run a deterministic 1/N of the cases")
+    r.add_argument("--resume", action="store_true", help="keep the finished pairs in --out, run the rest")
+    r.add_argument("--shard", help="K/N: run a deterministic 1/N of the cases (multi-host; see `harness merge`)")
     r.add_argument("--shard-by", choices=["case", "shape"], default=None,
-                   help="how --shard / --jobs split: by case id (--shard's default), or every case of "
-                        "one hidden size and dtype mix in one shard, so each compile and autotuning "
-                        "runs once (--jobs's default)")
-    r.add_argument("--jobs", type=int, default=1,
-                   help="N worker processes (shards K/N merged here): compiles and autotuning in parallel")
+                   help="how --shard splits: by case id (default), or every case of one hidden size and dtype mix together")
     r.add_argument("--max-examples", type=int, default=50, help="hypothesis: examples to try")
-    r.add_argument("--seed", type=int, default=0, help="hypothesis: seed")
-    r.add_argument("--no-report", action="store_true", help="skip report.html (results.csv only)")
-    r.add_argument("--golden", help="golden store directory: reuse certified references across runs")
+    r.add_argument("--seed", type=int, help="hypothesis: seed (default: hypothesis's own)")
+
+    i = sub.add_parser("identify", help="which built-in rounding model an implementation realises")
+    _sweep_options(i)
 
     c = sub.add_parser("cases", help="list the named suites, or the cases of one")
     c.add_argument("suite", nargs="?")
@@ -59,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("merge", help="combine shard outputs into one results set and report")
     m.add_argument("dirs", nargs="+")
     m.add_argument("--out", required=True)
+    m.add_argument("--cases", help="the suite the shards ran: check that they cover it exactly once")
 
     rp = sub.add_parser("report", help="re-render summary.csv and report.html from a results dir")
     rp.add_argument("dir")
@@ -68,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("case_id")
     rl.add_argument("--impl", required=True)
     rl.add_argument("--cases", default="quick", help="suite, or a results dir/results.csv holding the case")
+    rl.add_argument("--case", help="the case itself, as the JSON of its parameters (instead of --cases)")
     rl.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     rl.add_argument("--out")
     rl.add_argument("--top", type=int, default=5)
@@ -85,12 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cases", default="quick")
     s.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     s.add_argument("--out", default="out/selftest")
+    s.add_argument("--jobs", type=int, default=1)
 
     bi = sub.add_parser("bisect", help="find the commit where an implementation went over budget")
     bi.add_argument("repo")
     bi.add_argument("good")
     bi.add_argument("bad")
-    bi.add_argument("--impl", required=True)
+    bi.add_argument("--impl", required=True, help="NAME=MODULE:ATTR or an entry point's name")
     bi.add_argument("--cases", default="quick")
     bi.add_argument("--build")
     bi.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
@@ -103,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--gate-range", help="LO:HI bit patterns of the gate, half-open")
     e.add_argument("--dy", default="1.0", help="upstream gradient value (rounded to the dtype)")
     e.add_argument("--out", default="out/exhaustive")
-    e.add_argument("--chunk", type=int, default=1 << 22, help="pairs per chunk")
+    e.add_argument("--chunk", type=int, help="pairs per tile (default: the device's)")
+    e.add_argument("--resume", action="store_true", help="keep the gate blocks finished in --out")
     return p
 
 
@@ -112,11 +120,20 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         from harness.compile_caches import pin_triton_cache_dir
         pin_triton_cache_dir()                 # before anything compiles (see compile_caches)
-        from harness import commands
-        return getattr(commands, f"cmd_{args.cmd}")(args)
+        from harness.commands import dispatch
+        return dispatch(args)
     except UsageError as e:
         print(f"harness: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:                    # the reader closed the pipe: nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except Exception:
+        traceback.print_exc()
+        print("harness: internal error (a bug in the harness, not in your input): please report it",
+              file=sys.stderr)
+        return EXIT_INTERNAL

@@ -1,27 +1,66 @@
-"""The run's environment, for reports: versions, device, git commit when known."""
+"""The run's environment, for reports: versions, device, and for each implementation under test the
+package it comes from, its version and the git commit of its source (where it is a checkout)."""
 from __future__ import annotations
 
 import datetime
+import importlib
+import importlib.metadata
 import platform
 import subprocess
+from pathlib import Path
 
 import torch
 
-import harness
+from harness.references import package_version
 
 
-def environment(device: str) -> dict:
-    env = {"harness": harness.__version__, "torch": torch.__version__, "python": platform.python_version(),
-           "device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+def _git(directory: Path) -> str:
+    try:
+        run = lambda *a: subprocess.run(["git", "-C", str(directory), *a], capture_output=True,  # noqa: E731
+                                        text=True, timeout=5)
+        sha = run("rev-parse", "HEAD")
+        if sha.returncode != 0:
+            return ""
+        dirty = run("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        return sha.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def implementation_source(impl) -> str:
+    """'package version, git commit' of the module an implementation's factory comes from."""
+    module = getattr(impl.factory, "__module__", None)
+    if not module:
+        return impl.source
+    top = module.split(".")[0]
+    dists = importlib.metadata.packages_distributions().get(top, [])
+    version = ""
+    for d in dists:
+        try:
+            version = f"{d} {importlib.metadata.version(d)}"
+            break
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        where = Path(importlib.import_module(module).__file__).parent
+    except Exception:
+        where = None
+    commit = _git(where) if where is not None else ""
+    parts = [p for p in (version or top, f"git {commit}" if commit else "") if p]
+    return ", ".join(parts)
+
+
+def environment(device: str, impls=(), reference_backend: str = "auto") -> dict:
+    env = {"harness": package_version(), "torch": torch.__version__, "python": platform.python_version(),
+           "device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "threads": torch.get_num_threads()}
     if device.startswith("cuda") and torch.cuda.is_available():
+        from harness.references.accel import FUSED_MIN_ELEMENTS, triton_regs
         env["cuda"] = torch.version.cuda
         env["device_name"] = torch.cuda.get_device_name()
-        from harness.references import fast, triton_reference    # the pass set for the big cases' references
-        triton = fast.FUSED_BACKEND == "triton" and triton_reference.available()
-        env["reference_pass"] = (f"from {fast.FUSED_MIN_ELEMENTS} elements: Triton for {fast.TRITON_MIN_HIDDEN}-"
-                                 f"{fast.TRITON_MAX_HIDDEN} columns and eps >= {fast.TRITON_MIN_EPS:g}, else "
-                                 "Inductor (a failed Triton pass falls back with a warning in the log)" if triton
-                                 else f"from {fast.FUSED_MIN_ELEMENTS} elements: Inductor")
+        env["reference_pass"] = (f"backend {reference_backend}: from {FUSED_MIN_ELEMENTS} elements "
+                                 + ("the Triton kernel where it fits, else Inductor" if triton_regs.available()
+                                    and reference_backend == "auto" else "Inductor"))
         try:
             import triton
             env["triton"] = triton.__version__
@@ -29,9 +68,7 @@ def environment(device: str) -> dict:
             pass
     else:
         env["device_name"] = platform.processor() or platform.machine()
-    try:
-        env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                           timeout=5).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        env["git_commit"] = "unknown"
+    env["git_commit (cwd)"] = _git(Path.cwd()) or "not a git checkout"
+    for impl in impls:
+        env[f"impl {impl.name}"] = f"{impl.rounding.name}; {implementation_source(impl)}"
     return env

@@ -1,66 +1,108 @@
-"""Run one implementation on one case's inputs: forward and backward on a device, then validate
-what came back (shapes, dtypes, gradients present) before any analysis sees it."""
+"""Run one implementation on one case's inputs: forward and backward on a device, then validate what
+came back (shapes, dtypes, gradients present) before any analysis sees it.
+
+Whatever the implementation raises becomes data: `Unsupported` a skip, anything else (SystemExit
+too: a plug-in's sys.exit must not end the sweep) an error naming it. What cannot be caught in the
+process — os._exit, a segfault, a hang — is the worker's to survive (harness.worker)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import torch
 
 from harness.impls.base import Implementation
+from harness.references.errors import Unsupported
 from harness.references.exact import OUTPUTS, Inputs
-
-EXPECTED_DTYPE_OF = {"y": "act", "dx": "x", "dgate": "gate", "dweight": "weight"}
 
 
 @dataclass
 class Outcome:
     outputs: dict[str, torch.Tensor]      # as the implementation returned them (its device, its dtypes)
     problems: dict[str, str]              # output -> what was wrong (a `fail` row)
-    error: str | None = None              # the implementation raised / ran out of memory
+    error: str | None = None              # the implementation raised / ran out of memory: `error` rows
+    skip: str | None = None               # it declined the case (Unsupported): `skip` rows
+    seconds: float = 0.0                  # factory + forward + backward, synchronised
+    extra: dict = field(default_factory=dict)
 
 
 def expected_dtypes(inp: Inputs, act_dtype: torch.dtype) -> dict[str, torch.dtype]:
     return {"y": act_dtype, "dx": inp.x.dtype, "dgate": inp.gate.dtype, "dweight": inp.weight.dtype}
 
 
-def _short(e: BaseException) -> str:
+def short(e: BaseException) -> str:
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {msg}"[:300]
 
 
-def run_impl(impl: Implementation, inp: Inputs, act_dtype: torch.dtype, device: str) -> Outcome:
-    try:
-        module = impl.factory(inp.hidden, eps=inp.eps, zero_centered_gamma=inp.zero_centered_gamma,
-                              dtype=inp.weight.dtype, device=device)
-    except Exception as e:
-        return Outcome({}, {}, f"factory raised {_short(e)}")
+def _failure(e: BaseException, where: str) -> Outcome:
+    if isinstance(e, KeyboardInterrupt):
+        raise e
+    if isinstance(e, Unsupported):
+        return Outcome({}, {}, skip=str(e) or "not supported")
+    if isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return Outcome({}, {}, f"out of memory in the {where}: {short(e)}")
+    return Outcome({}, {}, f"{where} raised {short(e)}")
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+class BadModule(Exception):
+    """The factory's module breaks the contract (no `weight`, or a wrong shape): an error row."""
+
+
+def make_module(impl: Implementation, inp: Inputs, device: str, kwargs: dict):
+    module = impl.factory(inp.hidden, eps=inp.eps, zero_centered_gamma=inp.zero_centered_gamma,
+                          dtype=inp.weight.dtype, device=device, **kwargs)
     weight = getattr(module, "weight", None)
     if not isinstance(weight, torch.Tensor):
-        return Outcome({}, {}, "module has no `weight` parameter")
+        raise BadModule("module has no `weight` parameter")
     if tuple(weight.shape) != (inp.hidden,):
-        return Outcome({}, {}, f"weight shape {tuple(weight.shape)}, expected ({inp.hidden},)")
+        raise BadModule(f"weight shape {tuple(weight.shape)}, expected ({inp.hidden},)")
+    return module, weight
+
+
+def forward_backward(module, weight, inp: Inputs, device: str):
+    """y and the three gradients, on fresh leaves (`.to(device)` on the same device returns the shared
+    input itself, and gradients would accumulate across implementations)."""
+    with torch.no_grad():
+        weight.copy_(inp.weight.to(device=weight.device, dtype=weight.dtype))
+    weight.grad = None
+    x = inp.x.detach().to(device).clone().requires_grad_(True)
+    gate = inp.gate.detach().to(device).clone().requires_grad_(True)
+    y = module(x, gate)
+    if not isinstance(y, torch.Tensor):
+        return y, None
+    if tuple(y.shape) != tuple(inp.x.shape):
+        return y, None
+    y.backward(inp.dy.to(device=y.device, dtype=y.dtype))
+    _sync(device)
+    return y, {"y": y.detach(), "dx": x.grad, "dgate": gate.grad, "dweight": weight.grad}
+
+
+def run_impl(impl: Implementation, inp: Inputs, act_dtype: torch.dtype, device: str, kwargs: dict | None = None,
+             module=None) -> Outcome:
+    """One forward and backward; `module` (factory output, with its weight) to reuse an instance."""
+    t0 = time.perf_counter()
+    if module is None:
+        try:
+            module = make_module(impl, inp, device, kwargs or {})
+        except BadModule as e:
+            return Outcome({}, {}, str(e))
+        except BaseException as e:
+            return _failure(e, "factory")
     try:
-        with torch.no_grad():
-            weight.copy_(inp.weight.to(device=weight.device, dtype=weight.dtype))
-        weight.grad = None
-        # Fresh leaves every run: `.to(device)` on the same device returns the shared input
-        # itself, and gradients would accumulate across implementations.
-        x = inp.x.detach().to(device).clone().requires_grad_(True)
-        gate = inp.gate.detach().to(device).clone().requires_grad_(True)
-        y = module(x, gate)
-        # Without a usable y there is no backward either: every output fails, naming why.
-        if not isinstance(y, torch.Tensor):
-            return Outcome({}, {k: f"y is {type(y).__name__}, expected a tensor" for k in OUTPUTS})
-        if tuple(y.shape) != tuple(inp.x.shape):
-            return Outcome({}, {k: f"y shape {tuple(y.shape)}, expected {tuple(inp.x.shape)}" for k in OUTPUTS})
-        y.backward(inp.dy.to(device=y.device, dtype=y.dtype))
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-    except torch.cuda.OutOfMemoryError as e:
-        return Outcome({}, {}, f"out of memory: {_short(e)}")
-    except Exception as e:
-        return Outcome({}, {}, f"raised {_short(e)}")
-    got = {"y": y.detach(), "dx": x.grad, "dgate": gate.grad, "dweight": weight.grad}
+        y, got = forward_backward(*module, inp, device)
+    except BaseException as e:
+        return _failure(e, "forward/backward")
+    seconds = time.perf_counter() - t0
+    if got is None:           # without a usable y there is no backward either: every output fails
+        why = (f"y is {type(y).__name__}, expected a tensor" if not isinstance(y, torch.Tensor)
+               else f"y shape {tuple(y.shape)}, expected {tuple(inp.x.shape)}")
+        return Outcome({}, {k: why for k in OUTPUTS}, seconds=seconds)
     want_dtype = expected_dtypes(inp, act_dtype)
     want_shape = {"y": inp.x.shape, "dx": inp.x.shape, "dgate": inp.gate.shape, "dweight": inp.weight.shape}
     problems, outputs = {}, {}
@@ -74,4 +116,4 @@ def run_impl(impl: Implementation, inp: Inputs, act_dtype: torch.dtype, device: 
                            f"expected {str(want_dtype[k]).replace('torch.', '')}")
         else:
             outputs[k] = t.detach()
-    return Outcome(outputs, problems)
+    return Outcome(outputs, problems, seconds=seconds)

@@ -1,7 +1,9 @@
-"""Realistic broken implementations (bugs that ship in real kernels), for `harness selftest`.
+"""Realistic broken implementations — bugs that shipped in real kernels — for `harness selftest`.
 
-Each is a factory like a plug-in's; `BUG` says what is wrong. The selftest must catch every one
-while passing every correct built-in."""
+Each is a factory like a plug-in's (declaring `chain` unless noted), its docstring naming the bug
+and, for the field's, where it was found. The selftest must catch every one, naming the output and
+the case, while passing every correct built-in. They are module attributes, so a worker process
+loads them as `NAME=harness.mutants:ATTR` like any plug-in."""
 from __future__ import annotations
 
 import torch
@@ -10,10 +12,11 @@ import torch.nn.functional as F
 from harness.impls.torch_ref import GatedRMSNorm
 
 
-class _Mutant(GatedRMSNorm):
-    def norm(self, x):
-        xf = x.float()
-        return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+class Mutant(GatedRMSNorm):
+    """The chain model written out step by step, each step a method a mutant can break."""
+
+    def rstd(self, u):
+        return torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + self.eps)
 
     def gamma(self):
         g = self.weight.float()
@@ -22,36 +25,93 @@ class _Mutant(GatedRMSNorm):
     def silu(self, gate):
         return F.silu(gate.float())
 
+    def norm(self, u):
+        shape, g = u.shape, self.group_size
+        v = u.reshape(*shape[:-1], shape[-1] // g, g)
+        return (v * self.rstd(v)).reshape(shape) * self.gamma()
+
     def forward(self, x, gate):
-        n = (self.norm(x) * self.gamma()).to(x.dtype)
+        if not self.norm_before_gate:
+            h = (x.float() * self.silu(gate)).to(x.dtype).float()
+            return self.norm(h).to(x.dtype)
+        n = self.norm(x.float()).to(x.dtype)
         return (n.float() * self.silu(gate)).to(x.dtype)
 
 
-class SiluInBf16(_Mutant):
+class _SiluInBf16(Mutant):
     def silu(self, gate):
         return F.silu(gate.to(torch.bfloat16)).float()
 
 
-class VarianceInLowPrecision(_Mutant):
-    def norm(self, x):
-        ms = (x * x).mean(-1, keepdim=True).float()       # squares and mean in x's dtype
-        return x.float() * torch.rsqrt(ms + self.eps)
+class _VarianceLowPrecision(Mutant):
+    def rstd(self, u):
+        ms = (self._lowp(u) * self._lowp(u)).mean(-1, keepdim=True).float()      # squares and mean in x's dtype
+        return torch.rsqrt(ms + self.eps)
 
-
-class EpsOutsideSqrt(_Mutant):
-    def norm(self, x):
-        xf = x.float()
-        return xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + self.eps)
-
-
-class ZeroCenteredBackwardMissingPlusOne(_Mutant):
     def forward(self, x, gate):
-        xhat = self.norm(x)
-        w = self.weight.float()
-        g = w + 1 if self.zero_centered_gamma else w
-        right, wrong = xhat.detach() * g, xhat * w       # value of the first, gradient of the second
-        n = (right + (wrong - wrong.detach())).to(x.dtype)
-        return (n.float() * self.silu(gate)).to(x.dtype)
+        self._lowp = lambda u: u.to(x.dtype)
+        return super().forward(x, gate)
+
+
+class _EpsOutsideSqrt(Mutant):
+    def rstd(self, u):
+        return 1 / (u.pow(2).mean(-1, keepdim=True).sqrt() + self.eps)
+
+
+class _SequentialBf16Sum(torch.autograd.Function):
+    """The mean of squares accumulated left to right in bf16 (every partial sum rounded)."""
+    @staticmethod
+    def forward(ctx, sq):
+        acc = torch.zeros(sq.shape[:-1], dtype=torch.bfloat16)
+        for j in range(sq.shape[-1]):
+            acc = (acc.float() + sq[..., j]).to(torch.bfloat16)
+        return (acc.float() / sq.shape[-1]).unsqueeze(-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+class _VarianceBf16Accumulator(Mutant):
+    def rstd(self, u):
+        ms = _SequentialBf16Sum.apply(u.detach().pow(2))
+        return torch.rsqrt(ms + self.eps)
+
+
+class _ZcBackwardMissingPlusOne(Mutant):
+    def norm(self, u):
+        shape, g = u.shape, self.group_size
+        v = u.reshape(*shape[:-1], shape[-1] // g, g)
+        xhat = (v * self.rstd(v)).reshape(shape)
+        right, wrong = xhat.detach() * self.gamma(), xhat * self.weight.float()
+        return right + (wrong - wrong.detach())       # the forward right, the gradient through w alone
+
+
+class _ZcIgnoredGammaTwice(torch.autograd.Function):
+    """n = xhat * w (the + 1 dropped) forward; dxhat = dn * g * g (gamma applied twice) backward."""
+    @staticmethod
+    def forward(ctx, xhat, w, g):
+        ctx.save_for_backward(xhat, g)
+        return xhat * w
+
+    @staticmethod
+    def backward(ctx, dn):
+        xhat, g = ctx.saved_tensors
+        return dn * g * g, (dn * xhat).reshape(-1, xhat.shape[-1]).sum(0), None
+
+
+class _ZcIgnored(Mutant):
+    def norm(self, u):
+        shape, g = u.shape, self.group_size
+        v = u.reshape(*shape[:-1], shape[-1] // g, g)
+        xhat = (v * self.rstd(v)).reshape(shape)
+        return _ZcIgnoredGammaTwice.apply(xhat, self.weight.float(), self.gamma())
+
+
+class _OnePlusWInBf16(Mutant):
+    def gamma(self):
+        w = self.weight
+        return (1 + w.to(torch.bfloat16)).float() if self.zero_centered_gamma else w.float()
 
 
 class _SiluWrongGradForNegative(torch.autograd.Function):
@@ -64,19 +124,40 @@ class _SiluWrongGradForNegative(torch.autograd.Function):
     def backward(ctx, grad):
         (t,) = ctx.saved_tensors
         s = torch.sigmoid(t)
-        right = s * (1 + t * (1 - s))
-        return grad * torch.where(t < 0, s, right)       # drops t*s*(1-s) for negative gates
+        return grad * torch.where(t < 0, s, s * (1 + t * (1 - s)))       # drops t s (1 - s) for t < 0
 
 
-class DgateWrongForNegativeGates(_Mutant):
+class _DgateWrongForNegativeGates(Mutant):
     def silu(self, gate):
         return _SiluWrongGradForNegative.apply(gate.float())
+
+
+class _GradRoundedTo(torch.autograd.Function):
+    """Identity forward; the gradient rounded to `dtype` before it reaches the input."""
+    @staticmethod
+    def forward(ctx, t, dtype):
+        ctx.dtype = dtype
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.dtype).to(grad.dtype), None
+
+
+class _FlaDgateInXDtype(Mutant):
+    def forward(self, x, gate):
+        return super().forward(x, _GradRoundedTo.apply(gate, x.dtype))
+
+
+class _GateCastToXDtype(Mutant):
+    def forward(self, x, gate):
+        return super().forward(x, gate.to(x.dtype))
 
 
 class _TreeSumInWeightDtype(torch.autograd.Function):
     @staticmethod
     def forward(ctx, w, rows):
-        ctx.dtype, ctx.rows = w.dtype, rows
+        ctx.dtype = w.dtype
         return w.float().expand(rows, w.shape[0])
 
     @staticmethod
@@ -89,57 +170,114 @@ class _TreeSumInWeightDtype(torch.autograd.Function):
         return g[0], None
 
 
-class DweightSummedInLowPrecision(_Mutant):
+class _DweightLowPrecisionSum(Mutant):
+    def gamma(self):
+        g = _TreeSumInWeightDtype.apply(self.weight, self._rows)
+        return g + 1 if self.zero_centered_gamma else g
+
+    def norm(self, u):
+        self._rows = u.numel() // u.shape[-1]
+        shape = u.shape
+        return super().norm(u.reshape(self._rows, shape[-1])).reshape(shape)
+
+
+class _GarbagePartials(torch.autograd.Function):
+    """dweight plus partial rows nobody wrote (fewer row blocks than SMs): fixed pseudo-garbage."""
+    @staticmethod
+    def forward(ctx, w, tokens):
+        ctx.tokens = tokens
+        return w.float()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.tokens < 132:
+            junk = torch.randn(grad.shape, generator=torch.Generator().manual_seed(781), dtype=grad.dtype)
+            grad = grad + 0.5 * junk
+        return grad, None
+
+
+class _DweightGarbageFewRows(Mutant):
+    def gamma(self):
+        g = _GarbagePartials.apply(self.weight, self._tokens)
+        return g + 1 if self.zero_centered_gamma else g
+
     def forward(self, x, gate):
-        hsz = x.shape[-1]
-        xhat = self.norm(x).reshape(-1, hsz)
-        g = _TreeSumInWeightDtype.apply(self.weight, xhat.shape[0])
-        if self.zero_centered_gamma:
-            g = g + 1
-        n = (xhat * g).reshape(x.shape).to(x.dtype)
-        return (n.float() * self.silu(gate)).to(x.dtype)
-
-
-class DgateInXDtype(_Mutant):
-    def silu(self, gate):
-        return F.silu(gate.to(self._xdtype).float())
-
-    def forward(self, x, gate):
-        self._xdtype = x.dtype
+        self._tokens = x.numel() // x.shape[-1]
         return super().forward(x, gate)
 
 
-class SigmoidGate(_Mutant):
+class _ReturnsFp32(Mutant):
+    def forward(self, x, gate):
+        n = self.norm(x.float()).to(x.dtype)
+        return n.float() * self.silu(gate)                 # the promoted product, never cast back
+
+
+class _SigmoidNotSilu(Mutant):
     def silu(self, gate):
         return torch.sigmoid(gate.float())
 
 
-def _factory(cls, rounding="chain"):
-    def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-        return cls(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
-    make.rounding = rounding
-    make.__doc__ = cls.__name__
+class _GroupsIgnored(Mutant):
+    def norm(self, u):
+        shape = u.shape
+        return (u * self.rstd(u)).reshape(shape) * self.gamma()
+
+
+class _OrderIgnored(Mutant):
+    def forward(self, x, gate):
+        n = self.norm(x.float()).to(x.dtype)
+        return (n.float() * self.silu(gate)).to(x.dtype)
+
+
+MUTANTS: dict = {}
+
+
+def _mutant(attr: str, cls, bug: str, rounding="chain", points=frozenset({"mid"})):
+    """A factory named `attr` (importable as harness.mutants:attr), registered as attr with dashes."""
+    def make(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
+        return cls(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device,
+                   points=points, group_size=group_size, norm_before_gate=norm_before_gate)
+    make.__name__ = make.__qualname__ = attr
+    make.rounding, make.__doc__ = rounding, bug
+    MUTANTS[attr.replace("_", "-")] = make
     return make
 
 
-def _fused_declared_chain(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-    return GatedRMSNorm(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype,
-                        device=device, round_n=False)
+silu_in_bf16 = _mutant("silu_in_bf16", _SiluInBf16, "SiLU evaluated in bf16")
+variance_low_precision = _mutant("variance_low_precision", _VarianceLowPrecision, "x^2 and the mean in x's dtype")
+eps_outside_sqrt = _mutant("eps_outside_sqrt", _EpsOutsideSqrt, "x / (sqrt(mean(x^2)) + eps) — "
+                           "flash-linear-attention PR #508 (2025-07), which also left the backward on the "
+                           "eps-inside formula")
+variance_bf16_accumulator = _mutant("variance_bf16_accumulator", _VarianceBf16Accumulator,
+                                    "the mean of squares accumulated in bf16 — Liger-Kernel #1309 (casting mode "
+                                    "'none': Triton's tl.sum does not widen bf16)")
+zc_backward_missing_plus_one = _mutant("zc_backward_missing_plus_one", _ZcBackwardMissingPlusOne,
+                                       "zero-centred gamma: the backward uses w, not w + 1")
+zc_ignored_gamma_twice = _mutant("zc_ignored_gamma_twice", _ZcIgnored, "zero-centred gamma ignored in the "
+                                 "forward, gamma applied twice in dx — Megatron-LM #6859")
+one_plus_w_in_bf16 = _mutant("one_plus_w_in_bf16", _OnePlusWInBf16, "zero-centred 1 + w computed in bf16 — "
+                             "vLLM #53203")
+dgate_wrong_negative_gates = _mutant("dgate_wrong_negative_gates", _DgateWrongForNegativeGates,
+                                     "silu' drops t*s*(1-s) for negative gates")
+fla_dgate_in_x_dtype = _mutant("fla_dgate_in_x_dtype", _FlaDgateInXDtype, "dgate rounded to x's dtype, then "
+                               "cast to the gate's — flash-linear-attention's fused_norm_gate.py allocates dg like x")
+gate_cast_to_x_dtype = _mutant("gate_cast_to_x_dtype", _GateCastToXDtype, "the gate cast to x's dtype before SiLU")
+dweight_low_precision_sum = _mutant("dweight_low_precision_sum", _DweightLowPrecisionSum,
+                                    "dweight summed over tokens in the weight's dtype")
+dweight_garbage_few_rows = _mutant("dweight_garbage_few_rows", _DweightGarbageFewRows,
+                                   "dweight adds partial rows nobody wrote when there are fewer row blocks than "
+                                   "SMs — flash-attention #781")
+returns_fp32 = _mutant("returns_fp32", _ReturnsFp32, "the gated path returns the float32 product, not x's "
+                       "dtype — vLLM #18500")
+sigmoid_not_silu = _mutant("sigmoid_not_silu", _SigmoidNotSilu, "gate activation sigmoid(t) instead of t*sigmoid(t)")
+groups_ignored = _mutant("groups_ignored", _GroupsIgnored, "group_size accepted, one group normalised")
+order_ignored = _mutant("order_ignored", _OrderIgnored, "norm_before_gate accepted, always norm first")
+fused_declared_chain = _mutant("fused_declared_chain", GatedRMSNorm, "no intermediate rounding, but declares chain",
+                               points=frozenset())
+chain_declared_fused = _mutant("chain_declared_fused", GatedRMSNorm, "rounds between the ops, but declares fused",
+                               rounding="fused")
 
 
-_fused_declared_chain.rounding = "chain"
-
-MUTANTS = {
-    "silu-in-bf16": (_factory(SiluInBf16), "SiLU evaluated in bf16"),
-    "variance-low-precision": (_factory(VarianceInLowPrecision), "x^2 and the mean in x's dtype"),
-    "eps-outside-sqrt": (_factory(EpsOutsideSqrt), "x / (sqrt(mean(x^2)) + eps)"),
-    "zc-backward-missing-plus-one": (_factory(ZeroCenteredBackwardMissingPlusOne),
-                                     "zero-centred gamma: the backward uses w instead of w + 1"),
-    "dgate-wrong-negative-gates": (_factory(DgateWrongForNegativeGates),
-                                   "silu' drops t*s*(1-s) for negative gates only"),
-    "dweight-low-precision-sum": (_factory(DweightSummedInLowPrecision),
-                                  "dweight summed over tokens in the weight's dtype"),
-    "dgate-in-x-dtype": (_factory(DgateInXDtype), "gate cast to x's dtype: dgate carries x's rounding"),
-    "sigmoid-not-silu": (_factory(SigmoidGate), "gate activation sigmoid(t) instead of t*sigmoid(t)"),
-    "fused-declared-chain": (_fused_declared_chain, "no intermediate rounding, but declares chain"),
-}
+def spec(name: str) -> str:
+    """The --impl text that loads mutant `name` (in a worker process too)."""
+    return f"{name}=harness.mutants:{name.replace('-', '_')}"

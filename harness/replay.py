@@ -1,118 +1,100 @@
-"""`harness replay CASE_ID --impl SPEC [--cases SUITE|RESULTS_DIR|results.csv]`: rerun one case
-for one implementation and show, per output and reference, the worst elements down to the bit.
+"""`harness replay CASE_ID --impl SPEC [--cases SUITE|RESULTS_DIR|results.csv | --case JSON]`: rerun
+one case for one implementation exactly as the sweep does (in this process) and show, per output
+and reference, the worst elements down to the bit (harness.analysis.explain).
 
-The case comes from a suite (by id) or is rebuilt from a results.csv row (every Case field is a
-column there); a rebuilt case must hash back to the id asked for. `replay` returns the data;
-harness.commands.cmd_replay prints it and maps it to exit codes like `run`: 0 within budget,
-1 over budget or errored, 2 usage or input error (a UsageError)."""
+The case comes from a suite (by id), is rebuilt from a results.csv row (every Case field is a
+column there), or is given as the JSON of its parameters; it must hash back to the id asked for."""
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
-import torch
 
+from harness.analysis.check import check, interval, out_format_name
+from harness.analysis.compare import compare
+from harness.analysis.explain import ElementRecord, explain, worst_flats
 from harness.cases.case import Case
-from harness.errors import UsageError
+from harness.cases.generate import act_format
+from harness.execute import run_impl
+from harness.pair import Settings, case_inputs, replay_command
+from harness.references.errors import UsageError
+from harness.references.formats import fmt_of
+from harness.reports.rundir import RunDir, read_csv
 
-CASE_FIELDS = ("dtype", "gate_dtype", "weight_dtype", "shape", "zero_centered_gamma", "eps",
-               "x_dist", "gate_dist", "gamma_dist", "seed")
-
-
-# ---------------------------------------------------------------------------------------------
-# finding the case
-
-def _results_file(src: str) -> Path | None:
-    p = Path(src)
-    if p.is_dir():
-        f = p / "results.csv"
-        if not f.is_file():
-            raise UsageError(f"--cases {src}: directory has no results.csv")
-        return f
-    if p.suffix == ".csv":
-        if not p.is_file():
-            raise UsageError(f"--cases {src}: file not found")
-        return p
-    return None
+CASE_FIELDS = tuple(f.name for f in fields(Case))
 
 
-def _bool(v: str) -> bool:
+def _bool(v) -> bool:
     s = str(v).strip().lower()
     if s in ("true", "1"):
         return True
     if s in ("false", "0"):
         return False
-    raise ValueError(f"zero_centered_gamma {v!r} is not true/false")
+    raise ValueError(f"{v!r} is not true/false")
 
 
 def case_from_row(row: dict) -> Case:
-    """Rebuild a Case from one results.csv row (values as strings or already parsed)."""
-    missing = [k for k in CASE_FIELDS if k not in row or str(row[k]).strip() in ("", "nan")]
+    """Rebuild a Case from one results.csv row (values as strings or parsed)."""
+    need = ("dtype", "gate_dtype", "weight_dtype", "shape", "zero_centered_gamma", "eps", "x_dist",
+            "gate_dist", "gamma_dist", "seed")
+    missing = [k for k in need if k not in row or str(row[k]).strip() in ("", "nan")]
     if missing:
         raise ValueError(f"missing column(s) {', '.join(missing)}")
     shape = tuple(int(s) for s in str(row["shape"]).strip().split("x"))
+    group = row.get("group_size", "")
+    group = int(float(group)) if str(group).strip() not in ("", "nan") else None
+    nbg = row.get("norm_before_gate", "")
     return Case(str(row["dtype"]), str(row["gate_dtype"]), str(row["weight_dtype"]), shape,
-                _bool(row["zero_centered_gamma"]), float(row["eps"]), str(row["x_dist"]),
-                str(row["gate_dist"]), str(row["gamma_dist"]), int(float(row["seed"])))
+                _bool(row["zero_centered_gamma"]), float(row["eps"]), str(row["x_dist"]), str(row["gate_dist"]),
+                str(row["gamma_dist"]), int(float(row["seed"])), group,
+                _bool(nbg) if str(nbg).strip() not in ("", "nan") else True,
+                str(row.get("dy_dist") or "normal"))
 
 
-def case_from_results(case_id: str, path: Path) -> Case:
+def case_from_json(text: str) -> Case:
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        params = json.loads(text)
+        params["shape"] = tuple(params["shape"])
+        return Case(**params)
+    except (ValueError, TypeError, KeyError) as e:
+        raise UsageError(f"--case: not the JSON of a case's parameters ({type(e).__name__}: {e})") from None
+
+
+def find_case(case_id: str, cases: str, case_json: str | None = None) -> Case:
+    if case_json:
+        case = case_from_json(case_json)
+        if case.case_id != case_id:
+            raise UsageError(f"--case: its parameters hash to {case.case_id}, not {case_id}")
+        return case
+    p = Path(cases)
+    f = p / "results.csv" if p.is_dir() else p if p.suffix == ".csv" else None
+    if f is None:
+        from harness.cases.suite import load_suite
+        suite = load_suite(cases)
+        for c in suite.cases:
+            if c.case_id == case_id:
+                return c
+        raise UsageError(f"case {case_id} not found in suite {suite.name} ({len(suite.cases)} cases; "
+                         f"`harness cases {cases}` lists them)")
+    if not f.is_file():
+        raise UsageError(f"--cases {cases}: no results.csv there")
+    try:
+        df = read_csv(f)
     except Exception as e:
-        raise UsageError(f"{path}: unreadable results.csv ({e})") from None
-    if "case_id" not in df.columns:
-        raise UsageError(f"{path}: no case_id column")
-    hit = df[df["case_id"] == case_id]
+        raise UsageError(f"{f}: unreadable results.csv ({e})") from None
+    hit = df[df["case_id"] == case_id] if "case_id" in df.columns else df.iloc[0:0]
     if hit.empty:
-        raise UsageError(f"case {case_id} not found in {path} ({df['case_id'].nunique()} cases there)")
+        raise UsageError(f"case {case_id} not found in {f}")
     try:
         case = case_from_row(hit.iloc[0].to_dict())
     except (ValueError, TypeError) as e:
-        raise UsageError(f"{path}: case {case_id}: cannot rebuild the case: {e}") from None
+        raise UsageError(f"{f}: case {case_id}: cannot rebuild the case: {e}") from None
     if case.case_id != case_id:
-        raise UsageError(f"{path}: case {case_id}: the row's parameters hash to {case.case_id} "
+        raise UsageError(f"{f}: case {case_id}: the row's parameters hash to {case.case_id} "
                          f"(results.csv edited, or written by another case schema)")
     return case
-
-
-def find_case(case_id: str, cases: str) -> Case:
-    f = _results_file(cases)
-    if f is not None:
-        return case_from_results(case_id, f)
-    from harness.cases.suite import load_suite
-    suite = load_suite(cases)
-    for c in suite.cases:
-        if c.case_id == case_id:
-            return c
-    raise UsageError(f"case {case_id} not found in suite {suite.name} ({len(suite.cases)} cases; "
-                     f"`harness cases {cases}` lists them)")
-
-
-# ---------------------------------------------------------------------------------------------
-# rerunning it
-
-@dataclass
-class Element:
-    index: tuple[int, ...]
-    inputs: str                 # x, gate, w, dy bit patterns
-    got: float
-    got_hex: str
-    exact: float                # float64 exact value
-    golden: float               # certified correctly rounded value in the output dtype
-    golden_hex: str
-    lo: float                   # reference interval of the row's reference
-    hi: float
-    ulp: float
-    scaled: float
-
-
-@dataclass
-class Check:
-    row: dict
-    elements: list[Element] = field(default_factory=list)
 
 
 @dataclass
@@ -121,128 +103,80 @@ class Replay:
     impl: object
     device: str
     rows: list[dict]
-    checks: list[Check]
-    outputs: dict[str, torch.Tensor]
+    elements: dict[int, list[ElementRecord]] = field(default_factory=dict)    # row index -> worst elements
 
 
-def _index(flat: int, shape) -> tuple[int, ...]:
-    if not len(shape):
-        return ()
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape)))
-
-
-def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override_path: str = "") -> Replay:
-    """Run one case for one implementation exactly as the sweep does, then keep the `top` worst
-    elements of every (output, reference) check."""
-    from harness.cases.generate import act_format
-    from harness.analysis.check import _hex, check, out_format_name, worst_inputs
-    from harness.analysis.metrics import element_errors
-    from harness.execute import run_impl
-    from harness.runner import case_inputs
-    from harness.references.formats import fmt_of
-
+def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override_path: str = "",
+             suite_ref: str = "") -> Replay:
     act = act_format(case, impl.act_follows)
-    inp, refs = case_inputs(case, impl.act_follows, device)
-    outcome = run_impl(impl, inp, act.dtype, device)
-    rows = check(case, impl, device, refs, outcome, list(overrides), override_path)
-    checks = []
-    for row in rows:
-        c = Check(row)
-        checks.append(c)
+    s = Settings(device, tuple(overrides), override_path, suite_ref=suite_ref)
+    if impl.unsupported(case):
+        from harness.analysis.check import status_rows
+        return Replay(case, impl, device, status_rows(case, impl, device, act.name, "skip", impl.unsupported(case)))
+    inp, refs = case_inputs(case, impl.act_follows, s)
+    outcome = run_impl(impl, inp, act.dtype, device, impl.case_kwargs(case))
+    rows = check(case, impl, device, refs, outcome, tuple(overrides), override_path)
+    r = Replay(case, impl, device, rows)
+    for k, row in enumerate(rows):
         out = row["output"]
-        if outcome.error or out not in outcome.outputs:
+        if row["status"] in ("error", "skip") or out not in outcome.outputs:
             continue
         fmt = fmt_of(out_format_name(case, act.name, out))
-        ref_name = "exact" if row["reference"] == "exact" else "model"
-        lo, hi, gauge = (refs.exact_for(impl.rounding, act, out) if ref_name == "exact"
-                         else refs.model(impl.rounding, act, out))       # exactly what check() uses
-        got = outcome.outputs[out].to(lo.device)
-        err = element_errors(got, lo, hi, gauge, fmt)
-        metric = err.ulp if row["budget_metric"] == "ulp" else err.scaled
-        key = metric.reshape(-1)
-        key = torch.where(torch.isnan(key), torch.full_like(key, math.inf), key)
-        k = min(max(top, 0), key.numel())
-        if k == 0:
-            continue
-        # the sweep's worst element (argmax) first, then the next worst
-        first = int(torch.argmax(key))
-        order = [first] + [int(i) for i in torch.topk(key, min(k + 1, key.numel())).indices if int(i) != first]
-        cert = refs.certified(out, fmt)
-        exact_v = refs.values[out].reshape(-1)
-        for flat in order[:k]:
-            idx = _index(flat, got.shape)
-            g = got.reshape(-1)[flat]
-            gold = cert.golden.reshape(-1)[flat]
-            c.elements.append(Element(
-                index=idx, inputs=worst_inputs(inp, out, idx), got=float(g), got_hex=_hex(g.cpu()),
-                exact=float(exact_v[flat]), golden=float(gold),
-                golden_hex=_hex(gold.to(fmt.dtype).cpu()),
-                lo=float(lo.reshape(-1)[flat]), hi=float(hi.reshape(-1)[flat]),
-                ulp=float(err.ulp.reshape(-1)[flat]), scaled=float(err.scaled.reshape(-1)[flat])))
-    return Replay(case, impl, device, rows, checks, dict(outcome.outputs))
+        kind = row["reference"].split(":")[0]
+        lo, hi, gauge = interval(refs, kind, impl, act, out)         # exactly what check() measured
+        c = compare(outcome.outputs[out], lo, hi, gauge, fmt, row["budget_metric"], row["budget"], out)
+        golden = refs.certified(out, fmt).golden
+        r.elements[k] = explain(c, refs.inputs, out, lo, hi, refs.values[out], golden, worst_flats(c, top), fmt.dtype)
+    return r
 
 
 def format_replay(r: Replay) -> str:
     lines = [f"case {r.case.case_id} [{r.case.regime}] {r.case.label}",
-             f"impl {r.impl.name} ({r.impl.rounding}) on {r.device}"]
-    for c in r.checks:
-        row = c.row
+             f"impl {r.impl.name} ({r.impl.rounding.name}) on {r.device}"]
+    for k, row in enumerate(r.rows):
         head = f"{row['output']:7s} vs {row['reference']:12s} {row['status'].upper():5s}"
-        if row["status"] == "error":
+        if row["status"] in ("error", "skip"):
             lines.append(f"{head} {row.get('reason', '')}")
             continue
-        metric = row.get("budget_metric", "")
         if "max_ulp" in row:
             head += (f" max_ulp={row['max_ulp']:.4g} max_scaled={row['max_scaled_err']:.4g} "
-                     f"budget={row['budget']:.4g} {metric}")
+                     f"budget={row['budget']:.4g} {row['budget_metric']}")
         if row.get("reason"):
             head += f"  ({row['reason']})"
         lines.append(head)
-        for e in c.elements:
+        for e in r.elements.get(k, []):
+            metrics = " ".join(f"{n}={v:.4g}" for n, v in e.metrics.items())
             lines.append(f"    [{','.join(map(str, e.index))}] {e.inputs}")
-            lines.append(f"        got={e.got!r} ({e.got_hex})  exact={e.exact!r}  "
-                         f"golden={e.golden!r} ({e.golden_hex})  ref=[{e.lo!r}, {e.hi!r}]  "
-                         f"ulp={e.ulp:.4g} scaled={e.scaled:.4g}")
+            lines.append(f"        got={e.got!r} ({e.got_hex})  exact={e.exact!r}  golden={e.golden!r} "
+                         f"({e.golden_hex})  ref=[{e.lo!r}, {e.hi!r}]  {metrics}")
     return "\n".join(lines)
 
 
 def replay(case_id: str, impl_spec: str, cases: str, device: str = "auto", top: int = 5,
-           budgets: str | None = None) -> Replay:
-    """Validate the arguments (UsageError naming the bad one), find the case and rerun it."""
-    from harness.impls.registry import resolve
-    from harness.runner import resolve_device
-
+           budgets: str | None = None, case_json: str | None = None) -> Replay:
+    """Check the arguments (UsageError naming the bad one), find the case and rerun it."""
+    from harness.api import as_implementation, resolve_device
+    from harness.budgets import load_budget_file
     device = resolve_device(device)
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device available")
     if top is None or top < 0:
         raise UsageError(f"--top {top}: must be >= 0")
-    impl = resolve(impl_spec)
+    impl = as_implementation(impl_spec)
     reason = impl.skip_reason(device)
     if reason:
         raise UsageError(f"--impl {impl.name}: {reason}")
-    case = find_case(case_id, cases)
-    from harness.budgets import load_budget_file
+    case = find_case(case_id, cases, case_json)
     overrides = load_budget_file(budgets) if budgets else []
-    return run_case(case, impl, device, top, overrides, budgets or "")
+    return run_case(case, impl, device, top, overrides, budgets or "", "" if case_json else cases)
 
 
-def write_replay_results(r: Replay, out_dir, impl_spec: str, cases: str) -> Path:
-    """Write the replayed rows (each with its replay command) to OUT_DIR/results.csv; returns the path."""
-    from harness.runner import replay_command
-    from harness.reports.results_io import write_results
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    cmd = replay_command(r.case, impl_spec, cases)
-    f = out / "results.csv"
-    write_results(f, pd.DataFrame([{**row, "replay": cmd} for row in r.rows]))
-    return f
-
-
-def status_counts(r: Replay) -> dict[str, int]:
-    return {s: sum(row["status"] == s for row in r.rows) for s in ("pass", "fail", "error")}
+def write_replay_results(r: Replay, out_dir) -> Path:
+    """The replayed rows (each with its replay command) as OUT_DIR/results.csv."""
+    rd = RunDir(out_dir).create()
+    cmd = replay_command(r.case, r.impl.spec or r.impl.name, "", r.device)
+    rd.write_results(pd.DataFrame([{**row, "replay": cmd} for row in r.rows]))
+    return rd.results
 
 
 def format_counts(r: Replay) -> str:
-    counts = status_counts(r)
-    return f"harness: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error"
+    counts = {s: sum(row["status"] == s for row in r.rows) for s in ("pass", "fail", "error", "skip")}
+    return "harness: " + ", ".join(f"{n} {s}" for s, n in counts.items())

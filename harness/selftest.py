@@ -1,49 +1,42 @@
 """`harness selftest`: the harness's own sensitivity check. Every mutant (harness.mutants) must be
-caught by the suite, and every correct CPU built-in must pass it."""
+caught by the suite, naming the output and the case, and every correct built-in implementation and
+adapter available here must pass it — all in one sweep, so each case's references are built once."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
-from harness.cases.suite import load_suite
-from harness.impls.base import Implementation
-from harness.impls.registry import resolve
-from harness.mutants import MUTANTS
-from harness.runner import SweepConfig, resolve_device, run_sweep
+from harness.api import plan, run_plan
+from harness.impls.registry import builtins
+from harness.mutants import MUTANTS, spec
 
-CORRECT = ("torch", "torch-fused", "torch-compile-emulate")
+CORRECT = ("torch", "torch-fused", "torch-xhat", "torch-compile-emulate")
+
+
+def correct_builtins(device: str) -> list[str]:
+    """The built-ins that must pass: the eager and emulating ones, and every adapter that runs here."""
+    names = list(CORRECT)
+    for name, impl in builtins().items():
+        if name.startswith("hf-") and impl.skip_reason(device) is None:
+            names.append(name)
+    return names
 
 
 def first_catch(df: pd.DataFrame) -> str:
-    bad = df[df["status"] != "pass"]
+    bad = df[~df["status"].isin(["pass", "skip"])]
     if bad.empty:
         return ""
     r = bad.iloc[0]
-    return f"{r['output']} vs {r['reference']} on [{r['label']}] ({r['reason']})"
-
-
-def run_selftest(suite: str, device: str, out: Path, mutants=None, correct=CORRECT):
-    """Returns (results per implementation: name -> (kind, passed_or_caught, detail))."""
-    cases = list(load_suite(suite).cases)
-    impls = [(resolve(n), "correct", "") for n in correct]
-    for name in (mutants or MUTANTS):
-        factory, bug = MUTANTS[name]
-        impls.append((Implementation(name, factory, factory.rounding, source="mutant"), "mutant", bug))
-    report = {}
-    for impl, kind, bug in impls:
-        df = run_sweep(SweepConfig([impl], cases, device, out / impl.name, suite_ref=suite, progress=False))
-        caught = first_catch(df)
-        ok = (not caught) if kind == "correct" else bool(caught)
-        report[impl.name] = (kind, ok, caught or "all checks within budget", bug)
-    return report
+    return f"{r['output']} vs {r['reference']} on {r['case_id']} [{r['label']}] ({r['reason']})"
 
 
 @dataclass
 class Selftest:
-    """run_selftest's report: name -> (kind, as_expected, detail, bug)."""
+    """name -> (kind, as_expected, detail, bug)."""
     report: dict[str, tuple[str, bool, str, str]]
+    results: pd.DataFrame
 
     @property
     def failed(self) -> list[str]:
@@ -54,8 +47,25 @@ class Selftest:
         return not self.failed
 
 
-def selftest(suite: str, device: str, out) -> Selftest:
-    return Selftest(run_selftest(suite, resolve_device(device), Path(out)))
+def selftest(suite: str, device: str, out, correct=None, mutants=None, jobs: int = 1,
+             log: Callable[[str], None] | None = None) -> Selftest:
+    from harness.api import resolve_device
+    device = resolve_device(device)
+    correct = list(correct if correct is not None else correct_builtins(device))
+    mutants = list(mutants if mutants is not None else MUTANTS)
+    specs = correct + [spec(m) for m in mutants]
+    p = plan(specs, suite, device)
+    res = run_plan(p, out, jobs=jobs, log=log)
+    df = res.frame
+    report = {}
+    for name in correct + mutants:
+        rows = df[df["impl"] == name]
+        caught = first_catch(rows)
+        kind = "correct" if name in correct else "mutant"
+        ok = (not caught and len(rows) > 0) if kind == "correct" else bool(caught)
+        bug = "" if kind == "correct" else (MUTANTS[name].__doc__ or "")
+        report[name] = (kind, ok, caught or ("all checks within budget" if len(rows) else "no rows"), bug)
+    return Selftest(report, df)
 
 
 def format_selftest(s: Selftest) -> str:
@@ -65,8 +75,8 @@ def format_selftest(s: Selftest) -> str:
         verdict = ("PASS " if ok else "FAIL ") + ("passes" if kind == "correct" else "caught")
         if not ok:
             verdict = "FAIL " + ("flagged a correct implementation" if kind == "correct" else "NOT caught")
-        lines.append(f"{verdict:40s} {name:30s} {bug}")
-        lines.append(f"{'':40s} {detail}")
+        lines.append(f"{verdict:14s} {name:30s} {bug}")
+        lines.append(f"{'':14s} {detail}")
     return "\n".join(lines)
 
 

@@ -1,5 +1,6 @@
-"""Atomic file writes (golden store, reports): write beside the target, fsync, rename over it, so
-a reader never sees half a file and a crash leaves the old one."""
+"""Atomic file writes (golden store, reports, budget files): write beside the target, fsync, rename
+over it, so a reader never sees half a file and a crash leaves the old one. The file gets the
+permissions a plain open() would give it (0666 less the umask), not mkstemp's 0600."""
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ def atomic_write(path: Path | str, mode: str = "wb"):
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -24,3 +26,9 @@ def atomic_write(path: Path | str, mode: str = "wb"):
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

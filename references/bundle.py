@@ -1,16 +1,18 @@
 """Everything the analysis needs for one case's inputs: the exact reference (float64 values and
-gauges, certified golden values per output format) and each model reference asked for.
-Computed once per case and shared by every implementation."""
+gauges, certified golden values per output format) and each model reference asked for, each
+computed once per case on first use and shared by every implementation."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
 
+from harness.references import accel
 from harness.references.certify import Certified, certify
-from harness.references.exact import Inputs, exact_outputs
+from harness.references.exact import Inputs
 from harness.references.formats import Format
-from harness.references.models import exact_allowance, model_reference
+from harness.references.models import resolve
+from harness.references.models.reference import exact_allowance, model_reference
 
 
 @dataclass
@@ -23,13 +25,20 @@ class CaseReferences:
     allowances: dict[tuple[str, str], dict] = field(default_factory=dict)
     mp_rows: dict = field(default_factory=dict)      # mpmath rows shared by every certification
 
-    def exact_for(self, model: str, act: Format, output: str):
-        """The exact value widened by the absolute underflow allowance of `model` (models.exact_allowance)."""
-        key = (model, act.name)
+    def exact_for(self, model, act: Format, output: str):
+        """(lo, hi, gauge): the exact value widened by `model`'s absolute underflow allowance."""
+        key = (resolve(model).name, act.name)
         if key not in self.allowances:
             self.allowances[key] = exact_allowance(self.inputs, model, act)
-        v, a = self.values[output], self.allowances[key][output]
-        return v - a, v + a, self.gauges[output]
+        lo, hi = self.allowances[key][output]
+        return lo, hi, self.gauges[output]
+
+    def model(self, model, act: Format, output: str):
+        """(lo, hi, gauge) of `model`'s reference interval."""
+        key = (resolve(model).name, act.name)
+        if key not in self.models:
+            self.models[key] = model_reference(self.inputs, model, act)
+        return self.models[key][output]
 
     def certified(self, output: str, fmt: Format) -> Certified:
         key = f"{output}:{fmt.name}"
@@ -38,16 +47,7 @@ class CaseReferences:
                                        row_cache=self.mp_rows)
         return self.golden[key]
 
-    def model(self, model: str, act: Format, output: str):
-        key = (model, act.name)
-        if key not in self.models:
-            self.models[key] = model_reference(self.inputs, model, act)
-        return self.models[key][output]
 
-
-def build(inp: Inputs) -> CaseReferences:
-    # On a GPU the compiled single-pass version (references/fast.py) is ~10x faster on big cases; a
-    # compile per shape costs seconds, so small cases (and the CPU) keep the eager closed forms.
-    from harness.references.fast import exact_outputs_fused, worth_fusing
-    values, gauges = exact_outputs_fused(inp) if worth_fusing(inp.x) else exact_outputs(inp)
+def build(inp: Inputs, backend: str = "auto") -> CaseReferences:
+    values, gauges = accel.exact_outputs(inp, backend)
     return CaseReferences(inp, values, gauges)

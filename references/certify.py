@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.references import mp
+from harness.references.accel import undecided_mask
 from harness.references.exact import Inputs, exact_outputs, float64_error_bound
 from harness.references.formats import Format, round_to
 
@@ -33,12 +34,6 @@ class Certified:
     mp_seconds: float = 0.0    # time spent in mpmath
 
 
-def undecided(value64: torch.Tensor, abs_bound: torch.Tensor, fmt: Format) -> torch.Tensor:
-    """Mask of elements whose rounding in `fmt` float64 cannot decide (monotone rounding)."""
-    lo = round_to(value64 - abs_bound, fmt)
-    hi = round_to(value64 + abs_bound, fmt)
-    both_nan = torch.isnan(lo) & torch.isnan(hi)
-    return (lo != hi) & ~both_nan
 
 
 def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
@@ -49,16 +44,13 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     v = values[output]
     bound = float64_error_bound(inp)[output] * gauges[output]
     golden = round_to(v, fmt)
-    from harness.references.fast import undecided_fast, worth_fusing
-    if worth_fusing(v):
-        mask = undecided_fast(v, bound, fmt)             # the same mask, one fused pass
-    else:
-        mask = undecided(v, bound, fmt)
+    mask = undecided_mask(v, bound, fmt)
     flat = mask.reshape(-1).nonzero().reshape(-1).cpu().tolist()
     flagged = len(flat)
     if output == "dweight" and flagged and inp.x.numel() > mp_dweight_limit:
         return Certified(golden, v, flagged, 0, flagged)
-    todo = flat if output == "dweight" else _within_row_budget(flat, inp.hidden, row_elements, row_cache, output)
+    whole_rows = output == "dx" or not inp.norm_before_gate
+    todo = flat if output == "dweight" else _within_row_budget(flat, inp.hidden, row_elements, row_cache, whole_rows)
     t0 = time.perf_counter()
     if todo:
         exact = mp.values(inp.to("cpu"), output, todo, dps, cache=row_cache)
@@ -69,25 +61,24 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
 
 
 def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cache: dict | None,
-                       output: str = "dx") -> list[int]:
+                       whole_rows: bool) -> list[int]:
     """The undecided elements of as many rows as the budget allows, rows already computed first.
 
-    Cost model (references.mp.values): dx needs its row's c, one exp per element of the row, so a
-    row costs `hidden`; y, dn, dgate need one exp per requested element plus the row's sum of
-    squares, counted as 1/256 of an exp an element (measured: 0.16 ms for a float32 row of 4096 in
-    references.mp.row_sum_of_squares, 7-18 us an exp). On the 22 cases `full`'s warm sweep spent its
-    mpmath on (bench/certify-run10.txt): at 1/32, 783 of their 1675 flagged dgate elements were
-    certified, at 1/256 all 1675, for 24 % more mpmath time (3.8 -> 4.7 s on the CPU)."""
+    Cost model (references.mp, in exps): where a group reduction needs every element's silu (dx's
+    projection; every output gate first) a fresh row costs `hidden`; otherwise one exp per
+    requested element plus the row's exact sum of squares, counted as 1/256 of an exp an element
+    (docs/performance.md: at 1/256 every flagged dgate element of `full`'s mpmath-heavy cases was
+    certified for 24 % more mpmath time than at 1/32)."""
     rows: dict[int, list[int]] = {}
     for k in flat:
         rows.setdefault(k // hidden, []).append(k)
-    cached = mp.cached_rows(row_cache or {}, need_c=output == "dx")
+    cached = mp.cached_rows(row_cache or {})
     order = sorted(rows, key=lambda r: (r not in cached, r))
     chosen, spent, new_rows = [], 0, 0
     for r in order:
         fresh = r not in cached
-        cost = (hidden if output == "dx" else -(-hidden // 256)) if fresh else 0
-        cost += 0 if output == "dx" else len(rows[r])
+        cost = (hidden if whole_rows else -(-hidden // 256)) if fresh else 0
+        cost += 0 if whole_rows else len(rows[r])
         if spent + cost > row_elements and (new_rows or not fresh):
             continue                             # over budget (one new row is always taken)
         chosen.append(r)

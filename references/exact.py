@@ -1,35 +1,34 @@
-"""Closed-form float64 forward and backward of RMSNorm -> SiLUGate (the primary reference).
+"""The exact reference: references.closed_forms in float64, with each value's gauge.
 
-With r = (mean(x^2) + eps)^(-1/2), xhat = x*r, g = weight (+1 when zero-centred), s = sigmoid(t):
-    n      = xhat * g                      silu(t)  = t*s
-    y      = n * silu(gate)                silu'(t) = s * (1 + t*(1 - s)),  1 - s = sigmoid(-t)
-    dn     = dy * silu(gate)
-    dgate  = dy * n * silu'(gate)
-    dx     = r * (dn*g - xhat * mean(dn*g*xhat))        (the RMSNorm backward, derived in docs)
-    dweight= sum over leading dims of dn * xhat
-
-The *gauge* of each output is the same formula on absolute values (the BLAS test-ratio idea):
-an error of a few u*gauge is what correct finite-precision arithmetic can leave, even where the
-value itself cancels to ~0 (dx, dweight, and dgate near the root of silu' at t ~ -1.2785).
+The *gauge* of an output is its formula on absolute values (subtraction adds; the BLAS test-ratio
+idea): an error of a few u*gauge is what correct finite-precision arithmetic can leave even where
+the value itself cancels to ~0 (dx, dweight, and dgate near the root of silu' at t ~ -1.2785).
+`Gauged` carries both through the closed forms, so the gauges are derived, never written down.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-OUTPUTS = ("y", "dx", "dgate", "dweight")
+from harness.references.closed_forms import OUTPUTS, Op, forward_backward
+
+__all__ = ["OUTPUTS", "Inputs", "Gauged", "FLOAT64", "exact_outputs", "float64_error_bound",
+           "group_mean", "token_sum"]
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """The already-rounded inputs an implementation sees, in their own dtypes."""
+    """The already-rounded inputs an implementation sees, in their own dtypes, and the operation's
+    parameters. group_size None means one group of the whole hidden size."""
     x: torch.Tensor        # [..., H]
     gate: torch.Tensor     # [..., H]
     weight: torch.Tensor   # [H]
     dy: torch.Tensor       # [..., H], in the activation dtype
     eps: float
     zero_centered_gamma: bool
+    group_size: int | None = None
+    norm_before_gate: bool = True
 
     @property
     def hidden(self) -> int:
@@ -39,111 +38,145 @@ class Inputs:
     def tokens(self) -> int:
         return self.x.numel() // max(self.hidden, 1)
 
+    @property
+    def group(self) -> int:
+        return self.group_size or self.hidden
+
+    @property
+    def op(self) -> Op:
+        return Op(float(self.eps), bool(self.zero_centered_gamma), self.group, bool(self.norm_before_gate))
+
     def to(self, device) -> "Inputs":
-        return Inputs(self.x.to(device), self.gate.to(device), self.weight.to(device),
-                      self.dy.to(device), self.eps, self.zero_centered_gamma)
+        return replace(self, x=self.x.to(device), gate=self.gate.to(device), weight=self.weight.to(device),
+                       dy=self.dy.to(device))
 
 
-def _f64(t: torch.Tensor) -> torch.Tensor:
-    return t.to(torch.float64)   # exact: every input format is a subset of float64
+# ------------------------------------------------------------------ reductions over float64 tensors
+
+def group_mean(v: torch.Tensor, group: int) -> torch.Tensor:
+    """Mean over each consecutive group of `group` channels of the last dim, broadcastable to v."""
+    h = v.shape[-1]
+    if group == h:
+        return v.mean(-1, keepdim=True)
+    m = v.reshape(*v.shape[:-1], h // group, group).mean(-1, keepdim=True)
+    return m.expand(*v.shape[:-1], h // group, group).reshape(v.shape)
 
 
-def silu_parts(t: torch.Tensor):
-    """sigmoid, silu and silu' in float64; 1 - s as sigmoid(-t) keeps its relative accuracy."""
-    s = torch.sigmoid(t)
-    one_minus_s = torch.sigmoid(-t)
-    return s, t * s, s * (1 + t * one_minus_s), s * (1 + t.abs() * one_minus_s)
+def token_sum(v: torch.Tensor) -> torch.Tensor:
+    """Sum over every leading dimension: [..., H] -> [H]."""
+    return v.reshape(-1, v.shape[-1]).sum(0)
 
 
-def norm_parts(inp: Inputs):
-    x = _f64(inp.x)
-    w = _f64(inp.weight)
+# ------------------------------------------------------------------ the gauged float64 arithmetic
+
+class Gauged:
+    """A float64 value and its gauge, through +, - and * (the gauge of a - b is g_a + g_b)."""
+    __slots__ = ("v", "g")
+
+    def __init__(self, v, g):
+        self.v, self.g = v, g
+
+    @staticmethod
+    def of(c) -> "Gauged":
+        return c if isinstance(c, Gauged) else Gauged(c, abs(c))
+
+    def __add__(self, o):
+        o = Gauged.of(o)
+        return Gauged(self.v + o.v, self.g + o.g)
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        o = Gauged.of(o)
+        return Gauged(self.v - o.v, self.g + o.g)
+
+    def __rsub__(self, o):
+        return Gauged.of(o) - self
+
+    def __mul__(self, o):
+        o = Gauged.of(o)
+        return Gauged(self.v * o.v, self.g * o.g)
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return Gauged(-self.v, self.g)
+
+
+class Float64:
+    """closed_forms' arithmetic on float64 tensors: every hook is the identity."""
+
+    @staticmethod
+    def sigmoid(t: Gauged) -> Gauged:
+        s = torch.sigmoid(t.v)
+        return Gauged(s, s)
+
+    @staticmethod
+    def rsqrt(v: Gauged) -> Gauged:
+        r = torch.rsqrt(v.v)
+        return Gauged(r, r)
+
+    @staticmethod
+    def mean_of_squares(u: Gauged, group: int) -> Gauged:
+        m = group_mean(u.v * u.v, group)
+        return Gauged(m, m)
+
+    @staticmethod
+    def group_mean(v: Gauged, group: int) -> Gauged:
+        return Gauged(group_mean(v.v, group), group_mean(v.g, group))
+
+    @staticmethod
+    def token_sum(v: Gauged) -> Gauged:
+        return Gauged(token_sum(v.v), token_sum(v.g))
+
+    @staticmethod
+    def at(node: str, v, **factors):
+        return v
+
+    @staticmethod
+    def nominal(v):
+        return v
+
+
+FLOAT64 = Float64()
+
+
+def gauged_inputs(inp: Inputs) -> tuple[Gauged, Gauged, Gauged, Gauged]:
+    """x, gate, g, dy as Gauged float64 (exact: every input format is a subset of float64); g is
+    the gamma (weight + 1 when zero-centred, exact), passed on as the weight with zero-centring done."""
+    def g64(t):
+        t = t.to(torch.float64)
+        return Gauged(t, t.abs())
+    w = inp.weight.to(torch.float64)
     g = w + 1 if inp.zero_centered_gamma else w
-    r = torch.rsqrt((x * x).mean(-1, keepdim=True) + inp.eps)
-    xhat = x * r
-    return x, g, r, xhat
+    return g64(inp.x), g64(inp.gate), Gauged(g, g.abs()), g64(inp.dy)
 
 
-def rmsnorm_backward(dn: torch.Tensor, g: torch.Tensor, r: torch.Tensor, xhat: torch.Tensor):
-    """dx and dweight of n = xhat*g for an upstream dn (float64, any leading dims)."""
-    dxhat = dn * g
-    dx = r * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
-    dweight = (dn * xhat).reshape(-1, dn.shape[-1]).sum(0)
-    return dx, dweight
-
-
-def rmsnorm_backward_gauge(dn_abs: torch.Tensor, g, r, xhat):
-    """The RMSNorm backward on absolute values: the scale of its rounding errors."""
-    a = dn_abs * g.abs()
-    dx_g = r * (a + xhat.abs() * (a * xhat.abs()).mean(-1, keepdim=True))
-    dw_g = (dn_abs * xhat.abs()).reshape(-1, dn_abs.shape[-1]).sum(0)
-    return dx_g, dw_g
-
-
-def intermediates(inp: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
-    """n = xhat * g and dn = dy * silu(gate) in float64 (the same operations as exact_outputs)."""
-    _, g, _, xhat = norm_parts(inp)
-    t = _f64(inp.gate)
-    return xhat * g, _f64(inp.dy) * silu_parts(t)[1]
-
-
-def completed_on_use(inp: Inputs, values: dict, gauges: dict) -> tuple["Derived", "Derived"]:
-    """What exact_outputs returns, from a pass that wrote only the values of y, dx, dgate, dweight
-    and the gauges of dx, dgate, dweight: n and dn (computed together, once) and the |value|
-    gauges of y, n, dn follow on first use."""
-    memo: list = []
-
-    def inter(i: int) -> torch.Tensor:
-        if not memo:
-            memo.append(intermediates(inp))
-        return memo[0][i]
-    vals = Derived(values, n=lambda: inter(0), dn=lambda: inter(1))
-    return vals, Derived(gauges, y=lambda: vals["y"].abs(), n=lambda: vals["n"].abs(), dn=lambda: vals["dn"].abs())
-
-
-class Derived(dict):
-    """A dict whose missing entries are computed on first use by the functions given by name."""
-
-    def __init__(self, data: dict, **make):
-        super().__init__(data)
-        self._make = make
-
-    def __missing__(self, key):
-        if key not in self._make:
-            raise KeyError(key)
-        value = self[key] = self._make[key]()       # a recipe that raises stays, its error shows again
-        del self._make[key]
-        return value
-
-    def pending(self) -> tuple:
-        """Names not computed yet."""
-        return tuple(self._make)
-
-
-def exact_outputs(inp: Inputs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Exact (float64) values and gauges of y, dx, dgate, dweight, plus the intermediates n, dn."""
-    x, g, r, xhat = norm_parts(inp)
-    t = _f64(inp.gate)
-    dy = _f64(inp.dy)
-    s, silu, dsilu, dsilu_abs = silu_parts(t)
-    n = xhat * g
-    dn = dy * silu
-    dx, dweight = rmsnorm_backward(dn, g, r, xhat)
-    dx_g, dw_g = rmsnorm_backward_gauge(dn.abs(), g, r, xhat)
-    values = {"n": n, "dn": dn, "y": n * silu, "dgate": dy * n * dsilu, "dx": dx, "dweight": dweight}
-    gauges = {"n": n.abs(), "dn": dn.abs(), "y": (n * silu).abs(),
-              "dgate": (dy * n).abs() * dsilu_abs, "dx": dx_g, "dweight": dw_g}
-    return values, gauges
+def exact_outputs(inp: Inputs, with_mid: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Exact (float64) values and gauges of y, dx, dgate, dweight (and of mid, dmid: the first op's
+    output and its gradient, when asked)."""
+    x, t, g, dy = gauged_inputs(inp)
+    op = replace(inp.op, zero_centered_gamma=False)          # g carries the + 1 already
+    q = forward_backward(x, t, g, dy, op, FLOAT64)
+    keys = OUTPUTS + (("mid", "dmid") if with_mid else ())
+    return {k: q[k].v for k in keys}, {k: q[k].g for k in keys}
 
 
 def float64_error_bound(inp: Inputs) -> dict[str, float]:
     """Relative-to-gauge bound on the float64 rounding error of `exact_outputs`.
 
-    A generous count of float64 operations on each path: the H-term mean of squares, rsqrt,
-    sigmoid/exp (a few ulps each), products, and the H- or T-term sums of the backward. Used by
-    certification to decide where float64 cannot tell the correctly rounded answer."""
+    A generous count of float64 operations on each path: the G-term mean of squares, rsqrt,
+    sigmoid/exp (a few ulps each), products, and the G- or T-term sums of the backward; the gate-first
+    order adds silu's exp before the norm (+32). Used by certification to decide where float64
+    cannot tell the correctly rounded answer."""
     u64 = 2.0 ** -53
-    h, t = inp.hidden, inp.tokens
-    base = 32 + h
-    return {"n": base * u64, "dn": 32 * u64, "y": base * u64, "dgate": (base + 16) * u64,
-            "dx": (2 * base + h) * u64, "dweight": (base + t) * u64}
+    g, t = inp.group, inp.tokens
+    if inp.norm_before_gate:
+        base = 32 + g
+        bound = {"y": base, "dgate": base + 16, "dx": 2 * base + g, "dweight": base + t,
+                 "mid": base, "dmid": 32}
+    else:                                   # silu before the norm; dx and dgate after its backward
+        base = 64 + g
+        bound = {"y": base, "dgate": 2 * base + g + 16, "dx": 2 * base + g + 32, "dweight": base + t,
+                 "mid": 32, "dmid": 2 * base + g}
+    return {k: v * u64 for k, v in bound.items()}

@@ -96,3 +96,22 @@ def round_to(v: torch.Tensor, fmt: Format) -> torch.Tensor:
 def to_dtype_exact(v: torch.Tensor, fmt: Format) -> torch.Tensor:
     """Cast float64 values that are already representable in `fmt` (no rounding happens)."""
     return round_to(v, fmt).to(fmt.dtype)
+
+
+def undecided(value64: torch.Tensor, abs_bound: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """Mask of the elements whose rounding to `fmt` float64 cannot decide: the value is known to
+    within +-abs_bound and that interval rounds to two values (monotone rounding)."""
+    lo = round_to(value64 - abs_bound, fmt)
+    hi = round_to(value64 + abs_bound, fmt)
+    return (lo != hi) & ~(torch.isnan(lo) & torch.isnan(hi))
+
+
+_INT_VIEW = {torch.float32: (torch.int32, 8), torch.float16: (torch.int16, 4), torch.bfloat16: (torch.int16, 4),
+             torch.float64: (torch.int64, 16)}
+
+
+def bits_hex(t: torch.Tensor) -> str:
+    """The exact bits of one element, as hex of its dtype's integer view: 0x3f80 for bf16 1.0."""
+    view, width = _INT_VIEW[t.dtype]
+    raw = int(t.detach().reshape(1).cpu().view(view)[0]) & ((1 << (4 * width)) - 1)
+    return f"0x{raw:0{width}x}"

@@ -41,8 +41,8 @@ from harness.references.certify import Certified
 from harness.references.exact import OUTPUTS, Inputs
 from harness.references.formats import Format, fmt_of
 
-STORE_FORMAT = 1
-QUANTITIES = (*OUTPUTS, "n", "dn")           # what CaseReferences.values / .gauges hold
+STORE_FORMAT = 2                             # 2: op variants in the key, no n / dn arrays
+QUANTITIES = OUTPUTS                         # what CaseReferences.values / .gauges hold
 _INPUT_FIELDS = ("x", "gate", "weight", "dy")
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -68,6 +68,8 @@ def key_for(inp: Inputs, params: dict) -> str:
         "params": params,
         "eps": float(inp.eps).hex(),
         "zero_centered_gamma": bool(inp.zero_centered_gamma),
+        "group_size": inp.group,
+        "norm_before_gate": bool(inp.norm_before_gate),
         "inputs": [[name, str(getattr(inp, name).dtype), list(getattr(inp, name).shape)]
                    for name in _INPUT_FIELDS],
     }
@@ -94,17 +96,9 @@ def _checksum(meta: dict, arrays: dict[str, np.ndarray]) -> str:
 
 
 def _versions() -> dict:
-    try:
-        from importlib.metadata import version
-        harness_version = version("gated-rmsnorm-harness")
-    except Exception:                                   # not installed: the source tree's version
-        try:
-            import harness
-            harness_version = harness.__version__
-        except Exception:
-            harness_version = "unknown"
+    from harness.references import package_version
     return {"torch": torch.__version__, "mpmath": mpmath.__version__, "numpy": np.__version__,
-            "harness": harness_version}
+            "harness": package_version()}
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -229,7 +223,7 @@ def output_formats(inp: Inputs) -> list[tuple[str, Format]]:
 
 
 def cached_build(inp: Inputs, params: dict, golden_dir: Path | str,
-                 formats: Sequence[tuple[str, Format]] | None = None) -> CaseReferences:
+                 formats: Sequence[tuple[str, Format]] | None = None, backend: str = "auto") -> CaseReferences:
     """Stored references when valid, else build them; goldens of `formats` (default: the four
     outputs in their own formats, see `output_formats`) are certified before saving. A loaded
     file missing some of them is completed and rewritten."""
@@ -238,7 +232,7 @@ def cached_build(inp: Inputs, params: dict, golden_dir: Path | str,
     refs = load(golden_dir, key, inp)
     dirty = refs is None
     if refs is None:
-        refs = build(inp)
+        refs = build(inp, backend)
     for output, fmt in formats:
         if f"{output}:{fmt.name}" not in refs.golden:
             refs.certified(output, fmt)
@@ -255,8 +249,8 @@ def refs_to(refs: CaseReferences, device) -> CaseReferences:
             return obj.to(device)
         if isinstance(obj, tuple):
             return tuple(mv(o) for o in obj)
-        if isinstance(obj, dict):          # (a Derived dict: its pending entries too)
-            return {k: mv(obj[k]) for k in (*obj.keys(), *getattr(obj, "pending", tuple)())}
+        if isinstance(obj, dict):
+            return {k: mv(v) for k, v in obj.items()}
         return obj
 
     golden = {k: Certified(c.golden.to(device), c.value64.to(device), c.flagged, c.certified,

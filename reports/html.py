@@ -16,7 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from harness.references.atomic import atomic_write
-from harness.reports.summary import budget_ratio, normalize, sort_keys, summarize, worst_value
+from harness.reports.schema import STATUSES
+from harness.reports.summary import budget_ratio, normalize, sort_keys, worst_value
 
 TEMPLATES = Path(__file__).parent / "templates"
 ALL_ROWS_CAP = 2000        # rows of the "all results" table written into the page
@@ -172,35 +173,33 @@ def plot_gate(d: pd.DataFrame) -> str | None:
 # ---------------------------------------------------------------- sections
 
 def verdict(d: pd.DataFrame, exit_code: int) -> dict:
-    counts = {s: int((d["status"] == s).sum()) for s in ("pass", "fail", "error")}
+    counts = {s: int((d["status"] == s).sum()) for s in STATUSES}
     word = {0: "PASS", 1: "FAIL", 2: "ERROR"}.get(exit_code, f"EXIT {exit_code}")
-    by_impl = pd.crosstab(d["impl"], d["status"]).reindex(columns=["pass", "fail", "error"], fill_value=0)
+    by_impl = pd.crosstab(d["impl"], d["status"]).reindex(columns=list(STATUSES), fill_value=0)
     by_impl = by_impl.reset_index()
-    bad = d[d["status"] != "pass"].sort_values(["_ratio"], ascending=False, na_position="first")
-    fails = _table(bad, {"impl": "impl", "label": "case", "out_dtype": "out dtype", "output": "output",
-                         "reference": "reference", "status": "status", "reason": "reason"},
+    bad = d[~d["status"].isin(["pass", "skip"])].sort_values(["_ratio"], ascending=False, na_position="first")
+    fails = _table(bad, {"impl": "impl", "case_id": "case id", "label": "case", "out_dtype": "out dtype",
+                         "output": "output", "reference": "reference", "status": "status", "reason": "reason",
+                         "replay": "replay"}, cap=FAILURES_CAP)
+    skipped = d[d["status"] == "skip"].drop_duplicates(["case_id", "impl"])
+    skips = _table(skipped, {"impl": "impl", "case_id": "case id", "label": "case", "reason": "reason"},
                    cap=FAILURES_CAP)
-    impl_tab = _table(by_impl, {"impl": "impl", "pass": "pass", "fail": "fail", "error": "error"})
+    impl_tab = _table(by_impl, {"impl": "impl", **{s: s for s in STATUSES}})
     return {"counts": counts, "total": len(d), "word": word, "exit_code": exit_code,
-            "failures": fails, "by_impl": impl_tab}
+            "failures": fails, "skips": skips, "by_impl": impl_tab}
 
 
 def _cell(r) -> tuple[str, str, str]:
     """Accuracy cell: text, colour class, tooltip."""
-    if r.cases == r.errors:
-        return "error", "c-over", f"{r.errors} errored"
-    if r.budget_metric == "ulp":
-        text = "" if r.max_ulp != r.max_ulp else f"{r.max_ulp:.4g}" + (
-            f" ({r.mean_ulp:.2g})" if r.mean_ulp == r.mean_ulp else "")
-        worst = r.max_ulp
-    else:
-        text = "" if r.max_scaled_err != r.max_scaled_err else f"{r.max_scaled_err:.3g}"
-        worst = r.max_scaled_err
+    if r.checks == r.error + r.skip:
+        return ("skip" if r.skip else "error"), ("c-na" if r.skip else "c-over"), f"{r.error} errored, {r.skip} skipped"
+    worst = r.worst
+    text = "" if worst != worst else f"{worst:.4g}"
     ratio = worst / r.budget if r.budget and r.budget == r.budget else np.nan
-    cls = ("c-over" if r.failures or ratio > 1 else "c-close" if ratio > 0.75
+    cls = ("c-over" if r.fail or r.error or ratio > 1 else "c-close" if ratio > 0.75
            else "c-ok" if ratio == ratio or worst == 0 else "c-na")
-    tip = (f"{r.reference}: budget {r.budget:.4g} {r.budget_metric}, margin {r.margin:.4g}, "
-           f"{r.failures}/{r.cases} failed")
+    tip = (f"{r.reference} ({r.regime}): budget {r.budget:.4g} {r.metric}, margin {r.margin:.4g}, "
+           f"{r.fail} failed, {r.error} errored of {r.checks}")
     return text or "–", cls, tip
 
 
@@ -208,13 +207,13 @@ def accuracy(summary: pd.DataFrame) -> dict:
     """Implementations side by side; rows out_dtype x output x reference kind (the model
     reference is named per rounding, model:<rounding>, so it is grouped as 'model')."""
     s = summary.assign(ref_kind=summary["reference"].str.split(":").str[0])
-    s = sort_keys(s, ["out_dtype", "output", "ref_kind", "impl"])
+    s = sort_keys(s, ["out_dtype", "output", "ref_kind", "regime", "impl"])
     impls = sorted(s["impl"].unique())
     rows = []
-    for (dt, out, ref), g in s.groupby(["out_dtype", "output", "ref_kind"], sort=False):
+    for (dt, out, ref, regime), g in s.groupby(["out_dtype", "output", "ref_kind", "regime"], sort=False):
         by = {r.impl: _cell(r) for r in g.itertuples()}
-        metric = g["budget_metric"].iloc[0]
-        rows.append({"key": [dt, out, ref, "max ULP (mean)" if metric == "ulp" else "max scaled"],
+        metric = next((m for m in g["metric"] if m), "")
+        rows.append({"key": [dt, out, f"{ref} ({regime})", f"worst {metric}"],
                      "cells": [by.get(i, ("", "c-na", "not run")) for i in impls]})
     return {"impls": impls, "rows": rows}
 
@@ -282,38 +281,25 @@ def _prepare(df: pd.DataFrame) -> pd.DataFrame:
                     label=d["label"].fillna(d["case_id"]), reason=d["reason"].fillna(""))
 
 
-def render_report(df: pd.DataFrame, out_dir: Path, *, baseline: pd.DataFrame | None, env: dict,
-                  exit_code: int, title: str, summary: pd.DataFrame | None = None) -> Path:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    d = _prepare(df)
-    summary = summarize(df) if summary is None else summary
+def render_report(data, path: Path) -> Path:
+    """report.html from a reports.outputs.RunData, written atomically."""
+    d = _prepare(data.results)
+    summary = data.summary
     jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                               undefined=jinja2.StrictUndefined)
     html = jenv.get_template("report.html").render(
-        title=title or "Gated RMSNorm precision report",
-        verdict=verdict(d, exit_code),
+        title=data.title or "Gated RMSNorm precision report",
+        verdict=verdict(d, data.exit_code),
         accuracy=accuracy(summary),
-        summary=_table(summary.assign(**{c: _num(summary[c]) for c in
-                                         ["max_ulp", "mean_ulp", "max_scaled_err", "budget", "margin"]}),
+        summary=_table(summary.assign(**{c: _num(summary[c]) for c in ["worst", "budget", "margin", "max_ulp",
+                                                                         "max_scaled_err"]}),
                        {c: c for c in summary.columns}),
         histograms=plot_histograms(d),
         heatmap=plot_heatmap(d), gate=plot_gate(d),
         worst=worst(d),
-        baseline=None if baseline is None else baseline_diff(d, baseline),
-        env={str(k): str(v) for k, v in (env or {}).items()},
+        baseline=None if data.baseline is None else baseline_diff(d, data.baseline),
+        env={str(k): str(v) for k, v in (data.env or {}).items()},
     )
-    path = out_dir / "report.html"
     with atomic_write(path, "w") as f:                # a reader never sees half a report
         f.write(html)
-    return path
-
-
-def write_all(out_dir: Path, df: pd.DataFrame, *, baseline: pd.DataFrame | None = None,
-              env: dict | None = None, exit_code: int = 0, title: str = "") -> None:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    summary = summarize(df)
-    summary.to_csv(out_dir / "summary.csv", index=False)
-    render_report(df, out_dir, baseline=baseline, env=env or {}, exit_code=exit_code, title=title,
-                  summary=summary)
+    return Path(path)

@@ -1,18 +1,50 @@
-"""The results.csv schema (SPEC section 5 plus what replay and the report need). One row per
-(case, implementation, output, reference). Bump SCHEMA_VERSION when a column changes meaning."""
-SCHEMA_VERSION = 1
+"""The results.csv schema (SPEC §5 and what replay, the reports and the gate need). One row per
+(case, implementation, output, reference); every row carries `schema_version`. Bump SCHEMA_VERSION
+when a column changes meaning; the metric columns come from the metric registry
+(harness.references.metrics), so a new metric adds its own."""
+from __future__ import annotations
 
-COLUMNS = (
-    # SPEC section 5, in its order
+from harness.references.metrics import registry
+
+SCHEMA_VERSION = 2     # 2: skip rows, op variants, dy_dist, every metric vs the model in ULP, timings
+
+_SPEC = (
     "case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
     "zero_centered_gamma", "eps", "gate_dist", "output", "reference", "max_ulp", "mean_ulp",
     "max_abs_err", "max_rel_err", "max_scaled_err", "budget_metric", "budget", "status",
-    # more about the case
-    "label", "regime", "act_dtype", "out_dtype", "hidden", "tokens", "x_dist", "gamma_dist", "seed",
-    # more about the errors
-    "p99_ulp", "mean_scaled_err", "count_over", "n_elements", "cr_mismatch", "certified",
-    "uncertified", "worst_index", "worst_got", "worst_ref", "worst_inputs",
-    # verdict detail
-    "budget_source", "regressed", "baseline_value", "reason", "replay",
+    "group_size", "norm_before_gate",
 )
-STATUSES = ("pass", "fail", "error")
+_CASE = ("label", "regime", "act_dtype", "out_dtype", "hidden", "tokens", "x_dist", "gamma_dist", "dy_dist",
+         "seed")
+_DETAIL = ("p99_ulp", "count_over", "n_elements", "cr_mismatch", "certified", "uncertified",
+           "worst_index", "worst_got", "worst_ref", "worst_inputs")
+_VERDICT = ("budget_source", "regressed", "baseline_value", "reason", "replay")
+_RUN = ("pair_seconds", "impl_seconds", "repeatable", "differing_elements", "schema_version")
+
+STATUSES = ("pass", "fail", "error", "skip")
+# Text columns stay text when read back: a case id such as "060486302023" is not a number, and an
+# implementation called "NA" or "None" is a name, not a missing value.
+TEXT_COLUMNS = ("case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
+                "gate_dist", "output", "reference", "budget_metric", "status", "label", "regime", "act_dtype",
+                "out_dtype", "x_dist", "gamma_dist", "dy_dist", "worst_index", "worst_inputs", "budget_source",
+                "reason", "replay")
+INT_COLUMNS = ("cr_mismatch", "certified", "uncertified", "count_over", "n_elements", "hidden", "tokens", "seed",
+               "group_size", "differing_elements", "schema_version")
+REQUIRED = ("case_id", "impl", "output", "reference", "status")
+KEY = ("case_id", "impl", "output", "reference")      # one row per key in a run
+
+
+def metric_columns() -> tuple[str, ...]:
+    cols = []
+    for m in registry().values():
+        cols += [m.column] + ([m.mean_column] if m.mean_column else [])
+    return tuple(cols)
+
+
+def columns() -> tuple[str, ...]:
+    """Every column, in file order: SPEC §5's first, then the case, every metric's, the detail."""
+    out = list(_SPEC)
+    for c in _CASE + metric_columns() + _DETAIL + _VERDICT + _RUN:
+        if c not in out:
+            out.append(c)
+    return tuple(out)

@@ -1,56 +1,68 @@
-"""summary.csv: one row per implementation x out_dtype x output x reference, reduced from the tidy
-results.csv rows with vectorized pandas (fast on 50,000+ rows)."""
+"""summary.csv and the terminal table: one row per implementation x output dtype x output x
+reference x regime, reduced from the tidy results.csv rows with vectorised pandas. The normal and
+extreme regimes are separate groups, so an extreme row's reported-only budget (inf) never sits next
+to a normal row's failure; `metric` names the gated metric and `worst` its worst value."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from harness.reports.schema import COLUMNS
+from harness.references.metrics import registry
+from harness.reports.schema import columns
 
-KEYS = ["impl", "out_dtype", "output", "reference"]
-METRIC_COLS = ["max_ulp", "mean_ulp", "max_scaled_err", "budget"]
-SUMMARY_COLUMNS = KEYS + ["cases", "failures", "errors", "max_ulp", "mean_ulp", "max_scaled_err",
-                          "budget_metric", "budget", "margin"]
+KEYS = ["impl", "out_dtype", "output", "reference", "regime"]
+SUMMARY_COLUMNS = KEYS + ["checks", "fail", "error", "skip", "metric", "worst", "budget", "margin",
+                          "max_ulp", "max_scaled_err"]
 # Display orders; values not listed sort after these, alphabetically.
-ORDER = {
-    "out_dtype": ["fp32", "bf16", "fp16"],
-    "output": ["y", "dx", "dgate", "dweight"],
-    "reference": ["exact"],
-}
-NUMERIC = ("max_ulp", "mean_ulp", "p99_ulp", "max_abs_err", "max_rel_err", "max_scaled_err",
-           "mean_scaled_err", "budget", "count_over", "n_elements", "hidden", "tokens", "eps",
-           "cr_mismatch", "certified", "uncertified", "worst_got", "worst_ref", "baseline_value")
+ORDER = {"out_dtype": ["fp32", "bf16", "fp16"], "output": ["y", "dx", "dgate", "dweight"],
+         "reference": ["exact"], "regime": ["normal", "extreme"]}
+TEXT = ("case_id", "impl", "output", "reference", "regime", "status", "budget_metric", "out_dtype", "label",
+        "reason", "replay", "rounding", "dtype")
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:
-    """Add missing schema columns (as NaN) and coerce metrics to numbers, so hand-made or older
-    frames work; out_dtype falls back to dtype when a frame predates it."""
+    """Every schema column present (missing ones blank), metrics as numbers, text as text; error
+    and skip rows carry no measurement (their metrics blank, so partial values never count)."""
     d = df.copy()
-    for c in COLUMNS:
+    for c in columns():
         if c not in d.columns:
             d[c] = np.nan
     if d["out_dtype"].isna().all():
         d["out_dtype"] = d["dtype"]
-    for c in NUMERIC:
-        d[c] = pd.to_numeric(d[c], errors="coerce")
-    d["status"] = d["status"].fillna("error").astype(str)
-    for c in KEYS + ["budget_metric", "case_id"]:
-        d[c] = d[c].astype(object).where(d[c].notna(), "")
-        d[c] = d[c].astype(str)
-    # error rows carry no measurement: blank their metrics so partial values never count
-    err = (d["status"] == "error").to_numpy()
-    d.loc[err, ["max_ulp", "mean_ulp", "max_scaled_err"]] = np.nan
+    text = set(TEXT) | {c for c in d.columns if d[c].dtype == object and c not in _numeric()}
+    for c in d.columns:
+        if c in _numeric():
+            d[c] = pd.to_numeric(d[c], errors="coerce")
+        elif c in text:
+            d[c] = d[c].astype(object).where(d[c].notna(), "").astype(str)
+    d.loc[d["status"] == "", "status"] = "error"
+    unmeasured = d["status"].isin(["error", "skip"]).to_numpy()
+    d.loc[unmeasured, [m.column for m in registry().values()]] = np.nan
     return d
 
 
+def _numeric() -> set[str]:
+    num = {"budget", "p99_ulp", "count_over", "n_elements", "hidden", "tokens", "eps", "cr_mismatch", "certified",
+           "uncertified", "worst_got", "worst_ref", "baseline_value", "impl_seconds", "differing_elements",
+           "group_size", "seed"}
+    for m in registry().values():
+        num |= {m.column} | ({m.mean_column} if m.mean_column else set())
+    return num
+
+
 def worst_value(d: pd.DataFrame) -> pd.Series:
-    """The value the budget is checked against: max_ulp for 'ulp' budgets, else max_scaled_err."""
-    return d["max_ulp"].where(d["budget_metric"] == "ulp", d["max_scaled_err"])
+    """The value each row's budget is checked against: its gated metric's column."""
+    out = pd.Series(np.nan, index=d.index, dtype=float)
+    for name, m in registry().items():
+        if m.column in d.columns:
+            sel = d["budget_metric"] == name
+            out[sel] = pd.to_numeric(d.loc[sel, m.column], errors="coerce")
+    return out
 
 
 def budget_ratio(d: pd.DataFrame) -> pd.Series:
     """worst / budget (1.0 = exactly at budget); 0/0 counts as 0, x/0 as inf."""
-    v, b = worst_value(d), d["budget"]
+    v, b = worst_value(d), pd.to_numeric(d["budget"], errors="coerce")
     with np.errstate(divide="ignore", invalid="ignore"):
         r = v / b
     return r.where(~((v == 0) & (b == 0)), 0.0)
@@ -61,7 +73,7 @@ def sort_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     def key(s: pd.Series) -> pd.Series:
         pref = ORDER.get(s.name, [])
         rank = s.map({v: i for i, v in enumerate(pref)}).fillna(len(pref))
-        return rank.astype(str).str.zfill(4) + "|" + s.astype(str)
+        return rank.astype(int).astype(str).str.zfill(4) + "|" + s.astype(str)
     return df.sort_values(keys, key=key, kind="stable").reset_index(drop=True)
 
 
@@ -69,16 +81,24 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     d = normalize(df)
-    d["_fail"] = d["status"] != "pass"
-    d["_err"] = d["status"] == "error"
+    d = d.assign(_worst=worst_value(d), _fail=d["status"] == "fail", _err=d["status"] == "error",
+                 _skip=d["status"] == "skip", _metric=d["budget_metric"].where(d["budget_metric"] != "", np.nan))
     g = d.groupby(KEYS, sort=False, dropna=False)
-    s = g.agg(cases=("status", "size"), failures=("_fail", "sum"), errors=("_err", "sum"),
-              max_ulp=("max_ulp", "max"), mean_ulp=("mean_ulp", "mean"),
-              max_scaled_err=("max_scaled_err", "max"), budget=("budget", "max"))
-    # one metric per output in practice; take the first non-blank so error-only groups still name it
-    bm = d[d["budget_metric"] != ""].groupby(KEYS, sort=False)["budget_metric"].first()
-    s["budget_metric"] = bm.reindex(s.index).fillna("")
-    s = s.reset_index()
-    s["margin"] = s["budget"] - worst_value(s)
-    s[["failures", "errors"]] = s[["failures", "errors"]].astype(int)
+    s = g.agg(checks=("status", "size"), fail=("_fail", "sum"), error=("_err", "sum"), skip=("_skip", "sum"),
+              metric=("_metric", "first"), worst=("_worst", "max"), budget=("budget", "max"),
+              max_ulp=("max_ulp", "max"), max_scaled_err=("max_scaled_err", "max")).reset_index()
+    s["metric"] = s["metric"].fillna("")
+    s["margin"] = s["budget"] - s["worst"]
+    s[["fail", "error", "skip"]] = s[["fail", "error", "skip"]].astype(int)
     return sort_keys(s[SUMMARY_COLUMNS], KEYS)
+
+
+def summary_table(df: pd.DataFrame) -> str:
+    """The end-of-run table `harness run` prints; `worst` is the gated metric's worst value."""
+    if df.empty:
+        return "(no results)"
+    s = summarize(df)
+    shown = ["impl", "out_dtype", "output", "reference", "regime", "checks", "fail", "error", "skip",
+             "metric", "worst", "budget"]
+    return s[shown].to_string(index=False, float_format=lambda v: f"{v:.3g}") + \
+        "\n(worst: the largest value of the gated metric; a check fails above its budget)"

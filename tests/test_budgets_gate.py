@@ -9,7 +9,7 @@ import torch
 
 from harness.budgets import (Budget, Override, REGEN_CAP, default_budget, load_budget_file, lookup,
                              parse_budget_file, regen, write_budget_file)
-from harness.errors import UsageError
+from harness.references.errors import UsageError
 from harness.gate import apply_baseline, verdict
 from harness.references.exact import Inputs
 from harness.references.formats import fmt_of

@@ -13,7 +13,7 @@ from harness.cases.case import Case
 from tests.conftest import make_case
 from harness.cases.generate import generate
 from harness.cases.suite import load_suite, parse_suite, resolve_suite_path
-from harness.errors import UsageError
+from harness.references.errors import UsageError
 from harness.runner import shard
 from harness.references.formats import fmt_of
 

@@ -15,7 +15,7 @@ from harness.cases.case import Case
 from tests.conftest import make_case
 from harness.cases.generate import generate
 from harness.analysis.check import check
-from harness.errors import UsageError
+from harness.references.errors import UsageError
 from harness.execute import run_impl
 from harness.impls import registry, te_adapter
 from harness.impls.base import Implementation

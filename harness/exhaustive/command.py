@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from harness.errors import UsageError
+from harness.references.errors import UsageError
 from harness.exhaustive.enumerate import parse_range
 from harness.exhaustive.impls import IMPLS
 from harness.exhaustive.results import rows, summary, write_outputs

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from harness.errors import UsageError
+from harness.references.errors import UsageError
 from harness.exhaustive.impls import IMPLS
 from harness.references.exact import silu_parts
 from harness.references.formats import Format, fmt_of

@@ -1,23 +1,46 @@
-"""What the harness knows about an implementation under test (SPEC section 3)."""
+"""What the harness knows about an implementation under test (SPEC §3).
+
+A factory `factory(hidden_size, *, eps, zero_centered_gamma, dtype, device) -> nn.Module` and what
+it declares as attributes: `rounding` (a built-in model name or a set of points; "chain" when
+absent), `act_follows` ("x", or "weight": TE-style, n and y in the weight's dtype), `devices`, and
+`supports(case) -> None | str`. The op variants reach it as extra keyword arguments,
+`group_size=G` and `norm_before_gate=False`, only for the cases that need them; a factory whose
+signature does not take one gets `skip` rows for those cases."""
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
-ROUNDINGS = ("chain", "fused")
+from harness.references.models import RoundingModel, resolve
+
+VARIANT_KWARGS = ("group_size", "norm_before_gate")
+
+
+def accepted_variants(factory: Callable) -> frozenset:
+    """The variant keyword arguments the factory's signature takes (all of them with **kwargs)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):                  # a builtin or C callable: assume none
+        return frozenset()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return frozenset(VARIANT_KWARGS)
+    return frozenset(p.name for p in params if p.name in VARIANT_KWARGS)
 
 
 @dataclass(frozen=True)
 class Implementation:
     name: str
-    factory: Callable                  # factory(hidden, *, eps, zero_centered_gamma, dtype, device)
-    rounding: str = "chain"            # declared rounding model
-    act_follows: str = "x"             # activation dtype follows x's dtype, or the weight's (TE)
+    factory: Callable | None           # None where `unavailable`
+    rounding: RoundingModel = field(default_factory=lambda: resolve("chain"))
+    act_follows: str = "x"             # the activation dtype: x's, or the weight's (TE)
     devices: tuple[str, ...] = ("cpu", "cuda")
-    unavailable: str | None = None     # a reason when it cannot run here (not installed, ...)
-    source: str = "builtin"            # builtin | plugin MODULE:ATTR | entry point
+    unavailable: str | None = None     # why it cannot run here (not installed, ...)
+    source: str = "builtin"            # builtin | MODULE:ATTR | entry point ... | mutant
+    spec: str = ""                     # what recreates it in a worker process (--impl's text); "" if nothing does
     notes: str = ""
-    extra: dict = field(default_factory=dict, compare=False)
+    variants: frozenset = frozenset(VARIANT_KWARGS)
+    supports: Callable | None = field(default=None, compare=False)
 
     def skip_reason(self, device: str) -> str | None:
         if self.unavailable:
@@ -25,3 +48,49 @@ class Implementation:
         if device not in self.devices:
             return f"unavailable: {self.name} runs on {'/'.join(self.devices)} only, not {device}"
         return None
+
+    def case_kwargs(self, case) -> dict:
+        """The variant keyword arguments this case passes (only where it is not the default)."""
+        kw = {}
+        if case.group_size is not None:
+            kw["group_size"] = case.group_size
+        if not case.norm_before_gate:
+            kw["norm_before_gate"] = False
+        return kw
+
+    def unsupported(self, case) -> str | None:
+        """Why this case gives `skip` rows before running, or None: a variant the factory's
+        signature does not take, or its own `supports(case)`."""
+        missing = [k for k in self.case_kwargs(case) if k not in self.variants]
+        if missing:
+            return f"{self.name} takes no {' / '.join(missing)} argument"
+        if self.supports is not None:
+            reason = self.supports(case)
+            if reason is not None:
+                return str(reason) or "not supported"
+        return None
+
+
+def from_factory(name: str, factory: Callable, source: str, spec: str = "", **overrides) -> Implementation:
+    """An Implementation from a factory and its declared attributes (UsageError for bad ones)."""
+    from harness.references.errors import UsageError
+    if not callable(factory):
+        raise UsageError(f"--impl {name}: {source} is not callable")
+    rounding = overrides.pop("rounding", getattr(factory, "rounding", "chain"))
+    try:
+        model = resolve(rounding)
+    except UsageError as e:
+        raise UsageError(f"--impl {name}: {source}.{e}") from None
+    act = overrides.pop("act_follows", getattr(factory, "act_follows", "x"))
+    if act not in ("x", "weight"):
+        raise UsageError(f"--impl {name}: {source}.act_follows is {act!r}; expected 'x' or 'weight'")
+    devices = overrides.pop("devices", getattr(factory, "devices", ("cpu", "cuda")))
+    devices = (devices,) if isinstance(devices, str) else tuple(devices)
+    if not devices or any(d not in ("cpu", "cuda") for d in devices):
+        raise UsageError(f"--impl {name}: {source}.devices is {devices!r}; expected 'cpu' and/or 'cuda'")
+    supports = overrides.pop("supports", getattr(factory, "supports", None))
+    if supports is not None and not callable(supports):
+        raise UsageError(f"--impl {name}: {source}.supports is not callable")
+    spec = spec or (name if source == "builtin" else "")
+    return Implementation(name, factory, model, act, devices, source=source, spec=spec,
+                          variants=accepted_variants(factory), supports=supports, **overrides)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.impls.base import Implementation
+from harness.impls.base import Implementation, from_factory
 
 
 class FlaGatedRMSNorm(nn.Module):
@@ -29,17 +29,20 @@ class FlaGatedRMSNorm(nn.Module):
         return self.fn(x, gate, w, None, activation="swish", eps=self.eps)
 
 
-def implementation() -> Implementation:
+def implementations() -> list[Implementation]:
     try:
         from fla.modules.norm.fused_norm_gate import rms_norm_gated
-    except Exception as e:  # not installed, or triton missing: say so, never skip silently
-        return Implementation("fla", None, "fused", devices=("cuda",),
-                              unavailable=f"fla not importable ({type(e).__name__}: {e})",
-                              notes="pip install fla-core (CUDA + Triton)")
+    except Exception:
+        try:
+            from fla.modules.fused_norm_gate import rms_norm_gated
+        except Exception as e:  # not installed, or triton missing: say so, never skip silently
+            return [Implementation("fla", None, devices=("cuda",), source="builtin",
+                                   unavailable=f"fla not importable ({type(e).__name__}: {e})",
+                                   notes="pip install fla-core (CUDA + Triton)")]
 
     def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device):
         return FlaGatedRMSNorm(rms_norm_gated, hidden_size, eps=eps,
                                zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
 
-    return Implementation("fla", factory, "fused", devices=("cuda",),
-                          notes="fla-core rms_norm_gated, activation='swish'")
+    return [from_factory("fla", factory, "builtin", rounding="fused", devices=("cuda",),
+                         notes="fla-core rms_norm_gated, activation='swish' (norm first, one group)")]

@@ -1,107 +1,94 @@
-"""Where implementations come from: built-ins by short name, `NAME=MODULE:ATTR` plug-ins, and
-installed packages' entry points in the group `harness.impls`.
-
-A new built-in goes into BUILTINS below (one line and a factory); a plug-in needs no change here."""
+"""Where implementations come from: the built-ins (every module of this folder with an
+`implementations()` function — a new built-in or adapter is one new file), `NAME=MODULE:ATTR`
+plug-ins, and installed packages' entry points in the group `harness.impls`."""
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import pkgutil
 import re
 import sys
 from pathlib import Path
 
-from harness.errors import UsageError
-from harness.impls import fla_adapter, te_adapter, torch_ref
-from harness.impls.base import ROUNDINGS, Implementation
+from harness import impls as _package
+from harness.impls.base import Implementation, from_factory
+from harness.references.errors import UsageError
 
 ENTRY_POINT_GROUP = "harness.impls"
-
-
-def _builtins() -> dict[str, Implementation]:
-    return {
-        "torch": Implementation("torch", torch_ref.chain, "chain",
-                                notes="eager PyTorch op chain; n rounded to x's dtype"),
-        "torch-fused": Implementation("torch-fused", torch_ref.fused, "fused",
-                                      notes="eager PyTorch, no intermediate rounding"),
-        # Inductor elides the n -> x.dtype -> float32 round trip unless emulate_precision_casts
-        # is set (measured: bench/RESULTS.md), so the default compile realises the fused model.
-        "torch-compile": Implementation("torch-compile", torch_ref.compiled, "fused",
-                                        notes="torch.compile of the chain, Inductor defaults"),
-        "torch-compile-emulate": Implementation(
-            "torch-compile-emulate", torch_ref.compiled_emulate, "chain",
-            notes="torch.compile of the chain with emulate_precision_casts=True"),
-        "fla": fla_adapter.implementation(),
-        "te": te_adapter.implementation(),
-    }
-
-
-BUILTIN_NAMES = ("torch", "torch-fused", "torch-compile", "torch-compile-emulate", "fla", "te")
-CPU_BUILTINS = ("torch", "torch-fused", "torch-compile", "torch-compile-emulate")
 _SPEC = re.compile(r"^(?P<name>[A-Za-z0-9_.\-]+)=(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)$")
+# Names pandas would read back as missing values: never an implementation's name (results.csv).
+RESERVED = {"", "na", "nan", "n/a", "null", "none", "<na>", "-nan", "#n/a", "nat"}
+_BUILTINS: dict[str, Implementation] = {}
 
 
-def _with_factory(name: str, factory, source: str) -> Implementation:
-    if not callable(factory):
-        raise UsageError(f"--impl {name}: {source} is not callable")
-    rounding = getattr(factory, "rounding", "chain")
-    if rounding not in ROUNDINGS:
-        raise UsageError(f"--impl {name}: {source}.rounding is {rounding!r}; expected one of {', '.join(ROUNDINGS)}")
-    act = getattr(factory, "act_follows", "x")
-    if act not in ("x", "weight"):
-        raise UsageError(f"--impl {name}: {source}.act_follows is {act!r}; expected 'x' or 'weight'")
-    devices = getattr(factory, "devices", ("cpu", "cuda"))
-    devices = (devices,) if isinstance(devices, str) else tuple(devices)
-    if not devices or any(d not in ("cpu", "cuda") for d in devices):
-        raise UsageError(f"--impl {name}: {source}.devices is {devices!r}; expected 'cpu' and/or 'cuda'")
-    return Implementation(name, factory, rounding, act, devices, source=source)
+def builtins() -> dict[str, Implementation]:
+    """Every built-in implementation, by name (optional ones say why they are unavailable)."""
+    if not _BUILTINS:
+        for m in sorted(pkgutil.iter_modules(_package.__path__), key=lambda m: m.name):
+            module = importlib.import_module(f"{_package.__name__}.{m.name}")
+            for impl in getattr(module, "implementations", lambda: [])():
+                _BUILTINS[impl.name] = impl
+    return dict(_BUILTINS)
+
+
+def check_name(name: str) -> str:
+    if name.strip().lower() in RESERVED:
+        raise UsageError(f"--impl {name!r}: a name that reads as a missing value in CSV files; choose another")
+    return name
 
 
 def load_plugin(spec: str) -> Implementation:
     """`NAME=MODULE:ATTR`, MODULE importable from the current directory or PYTHONPATH."""
     m = _SPEC.match(spec)
     if not m:
-        raise UsageError(f"--impl {spec!r}: expected a built-in name ({', '.join(BUILTIN_NAMES)}) "
-                         f"or NAME=MODULE:ATTR")
-    name, module, attr = m["name"], m["module"], m["attr"]
+        raise UsageError(f"--impl {spec!r}: expected a built-in name ({', '.join(builtins())}), an "
+                         f"installed entry point's name, or NAME=MODULE:ATTR")
+    name, module, attr = check_name(m["name"]), m["module"], m["attr"]
     if str(Path.cwd()) not in sys.path and "" not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as e:
         raise UsageError(f"--impl {name}: cannot import module {module!r}: {e}") from None
-    except Exception as e:  # the plug-in's own import-time failure is the user's to fix
+    except BaseException as e:          # its own import-time failure (even sys.exit) is the user's to fix
+        if isinstance(e, KeyboardInterrupt):
+            raise
         raise UsageError(f"--impl {name}: importing {module!r} raised {type(e).__name__}: {e}") from None
     obj = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise UsageError(f"--impl {name}: module {module!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
-    return _with_factory(name, obj, f"{module}:{attr}")
+    return from_factory(name, obj, f"{module}:{attr}", spec=spec)
 
 
-def entry_point_impls() -> dict[str, Implementation]:
+def entry_points() -> dict[str, Implementation]:
     out = {}
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        source = f"entry point {ep.value}"
         try:
             factory = ep.load()
-        except Exception as e:
-            out[ep.name] = Implementation(ep.name, None, unavailable=f"entry point {ep.value} failed to load: {e}",
-                                          source=f"entry point {ep.value}")
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            out[ep.name] = Implementation(ep.name, None, unavailable=f"{source} failed to load: {e}",
+                                          source=source, spec=ep.name)
             continue
-        out[ep.name] = _with_factory(ep.name, factory, f"entry point {ep.value}")
+        out[ep.name] = from_factory(check_name(ep.name), factory, source, spec=ep.name)
     return out
 
 
 def resolve(spec: str) -> Implementation:
-    builtins = _builtins()
-    if spec in builtins:
-        return builtins[spec]
+    """A built-in name, an entry point's name, or NAME=MODULE:ATTR."""
+    found = builtins()
+    if spec in found:
+        return found[spec]
     if "=" in spec:
         return load_plugin(spec)
-    eps = entry_point_impls()
+    eps = entry_points()
     if spec in eps:
         return eps[spec]
-    raise UsageError(f"--impl {spec!r}: unknown implementation; built-ins: {', '.join(BUILTIN_NAMES)}"
+    raise UsageError(f"--impl {spec!r}: unknown implementation; built-ins: {', '.join(found)}"
                      + (f"; installed: {', '.join(eps)}" if eps else "") + "; or NAME=MODULE:ATTR")
 
 
@@ -112,7 +99,3 @@ def resolve_all(specs: list[str]) -> list[Implementation]:
     if dup:
         raise UsageError(f"--impl: name {sorted(dup)[0]!r} given twice")
     return impls
-
-
-def available_impls() -> dict[str, Implementation]:
-    return {**_builtins(), **entry_point_impls()}

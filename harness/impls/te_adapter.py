@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from harness.impls.base import Implementation
+from harness.impls.base import Implementation, from_factory
 
 
 class TeGatedRMSNorm(nn.Module):
@@ -23,20 +23,20 @@ class TeGatedRMSNorm(nn.Module):
         return self.seq(x, gate)
 
 
-def implementation(te_ops=None) -> Implementation:
+def implementations(te_ops=None) -> list[Implementation]:
+    def unavailable(why):
+        return [Implementation("te", None, act_follows="weight", devices=("cuda",), unavailable=why)]
     if te_ops is None:
         try:
             import transformer_engine.pytorch.ops as te_ops
         except Exception as e:
-            return Implementation("te", None, "chain", act_follows="weight", devices=("cuda",),
-                                  unavailable=f"transformer_engine not importable ({type(e).__name__})")
+            return unavailable(f"transformer_engine not importable ({type(e).__name__})")
     if not hasattr(te_ops, "SiLUGate"):
-        return Implementation("te", None, "chain", act_follows="weight", devices=("cuda",),
-                              unavailable="transformer_engine has no SiLUGate")
+        return unavailable("transformer_engine has no SiLUGate")
 
     def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device):
         return TeGatedRMSNorm(te_ops, hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
                               dtype=dtype, device=device)
 
-    return Implementation("te", factory, "chain", act_follows="weight", devices=("cuda",),
-                          notes="te_ops.Sequential(RMSNorm, SiLUGate)")
+    return [from_factory("te", factory, "builtin", rounding="chain", act_follows="weight", devices=("cuda",),
+                         notes="te_ops.Sequential(RMSNorm, SiLUGate)")]

@@ -1,48 +1,71 @@
-"""Built-in PyTorch implementations: the eager op chain (`torch`), the same math with no
-intermediate rounding (`torch-fused`), and torch.compile of the chain (`torch-compile*`).
+"""Built-in eager PyTorch implementations, one per built-in rounding model, both op orders and groups:
+`torch` (chain), `torch-fused` (fused), `torch-xhat` (xhat); and torch.compile of the chain
+(`torch-compile`: Inductor's defaults elide the rounding between the ops, so it declares fused;
+`torch-compile-emulate`: emulate_precision_casts, declared chain).
 
-Seed semantics (SPEC section 1): RMSNorm math in float32 with n rounded to x's dtype; SiLU in float32;
-y in n's dtype; autograd then gives dn in n's dtype, dgate in the gate's dtype and dweight in the
-weight's dtype (summed over the leading dims in float32 by the broadcast's backward)."""
+The norm's math in float32; SiLU in float32; y, dx in x's dtype, dgate in the gate's, dweight in the
+weight's (autograd rounds each gradient to its tensor's dtype). The rounding points (SPEC §1) are
+`.to(x.dtype)` casts at the points the model names — nothing else differs between the three."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.impls.base import Implementation, from_factory
+
 
 class GatedRMSNorm(nn.Module):
-    def __init__(self, hidden_size: int, *, eps: float, zero_centered_gamma: bool,
-                 dtype: torch.dtype, device, round_n: bool = True):
+    def __init__(self, hidden_size: int, *, eps: float, zero_centered_gamma: bool, dtype: torch.dtype,
+                 device, points: frozenset = frozenset({"mid"}), group_size: int | None = None,
+                 norm_before_gate: bool = True):
         super().__init__()
         init = torch.zeros if zero_centered_gamma else torch.ones
         self.weight = nn.Parameter(init(hidden_size, dtype=dtype, device=device))
-        self.eps = eps
-        self.zero_centered_gamma = zero_centered_gamma
-        self.round_n = round_n
+        self.eps, self.zero_centered_gamma, self.points = eps, zero_centered_gamma, frozenset(points)
+        self.group_size, self.norm_before_gate = group_size or hidden_size, norm_before_gate
+
+    def _norm(self, u: torch.Tensor, act: torch.dtype) -> torch.Tensor:
+        """gamma * u * rstd over groups, u in float32; at point xhat, u * rstd rounded to act and the
+        gamma product formed in promote(weight, act) (for zero-centred gamma: 1 + w in float32 first)."""
+        shape, g = u.shape, self.group_size
+        v = u.reshape(*shape[:-1], shape[-1] // g, g)
+        uhat = (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + self.eps)).reshape(shape)
+        if "xhat" in self.points:
+            uhat = uhat.to(act)
+            if not self.zero_centered_gamma:
+                return self.weight * uhat                             # PyTorch's promotion
+            promoted = torch.promote_types(self.weight.dtype, act)
+            return (uhat.float() * (self.weight.float() + 1)).to(promoted)
+        gamma = self.weight.float() + 1 if self.zero_centered_gamma else self.weight.float()
+        return uhat * gamma
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        g = self.weight.float()
-        if self.zero_centered_gamma:
-            g = g + 1
-        n = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * g
-        if self.round_n:                         # chain: the norm op hands n over in x's dtype
-            n = n.to(x.dtype)
-        return (n.float() * F.silu(gate.float())).to(x.dtype)
+        act, silu = x.dtype, F.silu(gate.float())
+        mid = "mid" in self.points
+        if self.norm_before_gate:
+            n = self._norm(x.float(), act)
+            if mid:
+                n = n.to(act)
+            return (n.float() * silu).to(act)
+        h = x.float() * silu
+        if mid:
+            h = h.to(act).float()
+        return self._norm(h, act).to(act)
 
 
-def chain(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-    return GatedRMSNorm(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
-                        dtype=dtype, device=device, round_n=True)
+def _eager(points):
+    def make(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
+        return GatedRMSNorm(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype,
+                            device=device, points=points, group_size=group_size,
+                            norm_before_gate=norm_before_gate)
+    return make
 
 
-def fused(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-    return GatedRMSNorm(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
-                        dtype=dtype, device=device, round_n=False)
+chain, fused, xhat = _eager({"mid"}), _eager(set()), _eager({"xhat"})
 
 
-class _Compiled(nn.Module):
+class Compiled(nn.Module):
     """Keeps `weight` a plain attribute of the module the harness sees, compiled forward inside."""
 
     def __init__(self, inner: nn.Module, emulate_precision_casts: bool):
@@ -51,21 +74,35 @@ class _Compiled(nn.Module):
         self.weight = inner.weight
         # Dynamo's default recompile limit (8) would silently run every later shape eager: each
         # hidden size is a new graph (the weight parameter's shape is static), so raise it.
-        from harness.references.fast import _raise_recompile_limit
-        _raise_recompile_limit(1024)
+        from harness.references.accel.inductor import raise_recompile_limit
+        raise_recompile_limit(1024)
         # The option must be in force when Inductor generates code, not when the graph runs.
-        self._fn = torch.compile(inner, dynamic=True,
-                                 options={"emulate_precision_casts": emulate_precision_casts})
+        self._fn = torch.compile(inner, dynamic=True, options={"emulate_precision_casts": emulate_precision_casts})
 
     def forward(self, x, gate):
         return self._fn(x, gate)
 
 
-def compiled(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-    return _Compiled(chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
-                           dtype=dtype, device=device), emulate_precision_casts=False)
+def _compiled(emulate: bool):
+    def make(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
+        return Compiled(chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype,
+                              device=device, group_size=group_size, norm_before_gate=norm_before_gate),
+                        emulate_precision_casts=emulate)
+    return make
 
 
-def compiled_emulate(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-    return _Compiled(chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
-                           dtype=dtype, device=device), emulate_precision_casts=True)
+def implementations() -> list[Implementation]:
+    return [
+        from_factory("torch", chain, "builtin", rounding="chain",
+                     notes="eager PyTorch op chain: the first op's output rounded to x's dtype"),
+        from_factory("torch-fused", fused, "builtin", rounding="fused",
+                     notes="eager PyTorch, no intermediate rounding"),
+        from_factory("torch-xhat", xhat, "builtin", rounding="xhat",
+                     notes="eager PyTorch, xhat rounded to x's dtype before the gamma product (HF's way)"),
+        # Inductor elides the rounding between the ops unless emulate_precision_casts is set
+        # (harness identify finds it), so the default compile realises the fused model.
+        from_factory("torch-compile", _compiled(False), "builtin", rounding="fused",
+                     notes="torch.compile of the chain, Inductor defaults"),
+        from_factory("torch-compile-emulate", _compiled(True), "builtin", rounding="chain",
+                     notes="torch.compile of the chain with emulate_precision_casts=True"),
+    ]

@@ -1,0 +1,209 @@
+"""The Python API (SPEC §6): `verify` runs a sweep and returns `Results`; `assert_verified` raises
+an AssertionError whose message is the failure record itself. The command line's `harness run` is
+built on `verify`; the pytest plugin on `plan` and `verify_case`.
+
+`impl` is a built-in name, an installed entry point's name, `NAME=MODULE:ATTR`, a factory (its
+declared attributes as a plug-in's), or an Implementation. Every argument is checked here, before
+any work, with a UsageError naming the bad one."""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from harness.cases.case import Case
+from harness.gate import apply_baseline, failure_line, verdict
+from harness.impls.base import Implementation, from_factory
+from harness.pair import Settings
+from harness.references.accel import BACKENDS
+from harness.references.errors import UsageError
+from harness.reports.outputs import RunData, formats, write_outputs
+from harness.reports.rundir import RunDir, read_results
+from harness.reports.summary import summarize
+from harness.runner import Sweep, SweepResult, run_sweep, shard
+from harness.worker import DEFAULT_TIMEOUT
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass
+class Results:
+    """A sweep's outcome. `frame`: the results.csv rows; `ok`: every planned pair finished and every
+    check within budget (skips aside); `failures`: the fail and error rows."""
+    frame: pd.DataFrame
+    planned: int = 0
+    unfinished: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    suite: str = ""
+    title: str = ""
+    env: dict = field(default_factory=dict)
+    baseline: pd.DataFrame | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.unfinished:
+            return EXIT_USAGE
+        return verdict(self.frame)[0]
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+    @property
+    def failures(self) -> pd.DataFrame:
+        if self.frame.empty:
+            return self.frame
+        return self.frame[self.frame["status"].isin(["fail", "error"])]
+
+    def verdict_lines(self) -> list[str]:
+        lines = verdict(self.frame)[1]
+        if self.unfinished:
+            lines.append(f"harness: error: {len(self.unfinished)} of {self.planned} planned pairs did not finish")
+        return lines
+
+    def write(self, directory, report: bool = True) -> list[Path]:
+        """results.csv, summary.csv and (unless report=False) report.html in `directory`."""
+        rd = RunDir(directory).create("write")
+        rd.write_results(self.frame)
+        data = RunData(self.frame, summarize(self.frame), self.exit_code, self.title, self.env, self.baseline,
+                       self.suite)
+        return [rd.results] + write_outputs(rd.path, data, skip=() if report else ("report",))
+
+    def write_junit(self, path) -> Path:
+        data = RunData(self.frame, summarize(self.frame), self.exit_code, self.title, self.env, self.baseline,
+                       self.suite)
+        formats()["junit"].write(data, Path(path))
+        return Path(path)
+
+
+def as_implementation(impl) -> Implementation:
+    """An Implementation from whatever `verify` accepts."""
+    from harness.impls.registry import check_name, resolve
+    if isinstance(impl, Implementation):
+        return impl
+    if isinstance(impl, str):
+        return resolve(impl)
+    if callable(impl):
+        name = check_name(getattr(impl, "__name__", "impl"))
+        module, qual = getattr(impl, "__module__", None), getattr(impl, "__qualname__", "")
+        spec = f"{name}={module}:{qual}" if module and module != "__main__" and "<" not in qual else ""
+        return from_factory(name, impl, f"{module}:{qual}", spec=spec)
+    raise UsageError(f"impl {impl!r}: expected a name, NAME=MODULE:ATTR, or a factory")
+
+
+def resolve_device(device: str) -> str:
+    import torch
+    if device not in ("auto", "cpu", "cuda"):
+        raise UsageError(f"--device {device!r}: one of auto, cpu, cuda")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device available")
+    return device
+
+
+def load_baseline(path: str | None) -> pd.DataFrame | None:
+    if not path:
+        return None
+    p = Path(path)
+    f = p / "results.csv" if p.is_dir() else p
+    if not f.is_file():
+        raise UsageError(f"--baseline {path}: no results.csv there")
+    return read_results(f)
+
+
+@dataclass
+class Plan:
+    """A checked request: what `verify` runs (also the pytest plugin's per-case tests)."""
+    impls: list[Implementation]
+    cases: list[Case]
+    suite: str
+    settings: Settings
+    baseline: pd.DataFrame | None = None
+
+
+def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golden=None,
+         reference_backend="auto", shard_spec: tuple[int, int] | None = None, shard_by: str = "case") -> Plan:
+    from harness.budgets import load_budget_file
+    from harness.cases.suite import load_suite
+    device = resolve_device(device)
+    impl_list = [as_implementation(i) for i in (impls if isinstance(impls, (list, tuple)) else [impls])]
+    names = [i.name for i in impl_list]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--impl: a name given twice ({', '.join(names)})")
+    for i in impl_list:
+        why = i.skip_reason(device)
+        if why:
+            raise UsageError(f"--impl {i.name}: {why}")
+    if reference_backend not in BACKENDS:
+        raise UsageError(f"--reference-backend {reference_backend!r}: one of {', '.join(BACKENDS)}")
+    if isinstance(cases, str):
+        suite = load_suite(cases)
+        case_list, suite_ref, suite_name = list(suite.cases), cases, suite.name
+    else:
+        case_list, suite_ref, suite_name = list(cases), "", "cases"
+    if shard_spec:
+        case_list = shard(case_list, *shard_spec, by=shard_by)
+    overrides = tuple(load_budget_file(budgets)) if budgets else ()
+    base = load_baseline(baseline)
+    if golden is not None:
+        RunDir(golden).create("--golden")
+    settings = Settings(device, overrides, budgets or "", Path(golden) if golden else None, reference_backend,
+                        suite_ref, {i.name: i.spec for i in impl_list if i.spec})
+    return Plan(impl_list, case_list, suite_name, settings, base)
+
+
+def run_plan(p: Plan, out=None, *, resume=False, jobs=1, timeout=DEFAULT_TIMEOUT, isolate="auto", threads=None,
+             gpus=(), progress: Callable | None = None, log: Callable | None = None) -> Results:
+    if jobs < 1:
+        raise UsageError(f"--jobs {jobs}: need at least 1")
+    if not timeout > 0:
+        raise UsageError(f"--timeout {timeout}: need a positive number of seconds")
+    tmp = None
+    if out is None:
+        tmp = tempfile.TemporaryDirectory(prefix="harness-")
+        out = tmp.name
+    rd = RunDir(out).create()
+    try:
+        with rd.lock():
+            sw = Sweep(p.cases, p.impls, p.settings, rd, resume, jobs, timeout, isolate, threads, tuple(gpus))
+            res: SweepResult = run_sweep(sw, progress, log)
+            frame = res.results
+            if p.baseline is not None and len(frame):
+                frame = apply_baseline(frame, p.baseline)
+                rd.write_results(frame)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return Results(frame, res.planned, res.unfinished, res.timings, p.suite, baseline=p.baseline)
+
+
+def verify(impl, *, cases="quick", device="auto", budgets=None, baseline=None, out=None, jobs=1,
+           timeout=DEFAULT_TIMEOUT, isolate="auto", golden=None, reference_backend="auto") -> Results:
+    """Run `cases` (a suite name or .toml path, or a list of Case) for `impl` and gate on the budgets
+    (default: derived from the declared rounding model; `budgets`: a budget file) and, given one, a
+    baseline results directory. `out`: where results.csv goes (a temporary directory if None)."""
+    return run_plan(plan(impl, cases, device, budgets, baseline, golden, reference_backend), out, jobs=jobs,
+                    timeout=timeout, isolate=isolate)
+
+
+def failure_message(results: Results) -> str:
+    """The failure record of every failing check: case id, output, reference, metric, value, budget,
+    the worst element's inputs in hex, the replay command."""
+    bad = results.failures
+    head = f"{len(bad)} of {len(results.frame)} checks not within budget" if len(bad) else "not every pair finished"
+    lines = [head] + [failure_line(r) for _, r in bad.iterrows()]
+    if results.unfinished:
+        lines.append(f"unfinished pairs: {', '.join(f'{c} {i}' for c, i in results.unfinished[:10])}")
+    return "\n".join(lines)
+
+
+def assert_verified(impl, **kwargs) -> Results:
+    """verify(impl, **kwargs); AssertionError listing each failing check unless every check passes."""
+    results = verify(impl, **kwargs)
+    if not results.ok:
+        raise AssertionError(failure_message(results))
+    return results

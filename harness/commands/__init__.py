@@ -1,0 +1,49 @@
+"""The subcommands, one function each (arguments in, exit code out). Library code never prints;
+these do. Exit codes: 0 within budget, 1 over budget / regressed / not found, 2 usage or input
+error or an unfinished sweep, 130 interrupted, 3 an internal error of the harness (harness.cli)."""
+from __future__ import annotations
+
+import sys
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def err(line: str) -> None:
+    """A line on stderr, flushed (progress and events while long work runs)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+class Progress:
+    """A tqdm bar on a terminal; in CI (no tty) one plain line per 10 % so logs stay short."""
+
+    def __init__(self, want: bool | None = None):
+        self.want, self.bar = want, None
+
+    def __call__(self, done: int, total: int, what: str, rows: list[dict]) -> None:
+        tty = sys.stderr.isatty() if self.want is None else self.want
+        if tty:
+            if self.bar is None:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, unit="pair", file=sys.stderr, leave=False)
+            self.bar.set_postfix_str(what[:40])
+            self.bar.update(1)
+            if done == total:
+                self.bar.close()
+        elif total and (done == total or done % max(1, total // 10) == 0):
+            bad = sum(r.get("status") not in ("pass", "skip") for r in rows)
+            err(f"[{done}/{total}] {what}{'  ' + str(bad) + ' not passing' if bad else ''}")
+
+
+_COMMANDS = {
+    "run": "harness.commands.run:cmd_run", "cases": "harness.commands.run:cmd_cases",
+    "merge": "harness.commands.merge:cmd_merge", "report": "harness.commands.run:cmd_report",
+    "identify": "harness.commands.identify:cmd_identify", "replay": "harness.commands.tools:cmd_replay",
+    "budgets": "harness.commands.tools:cmd_budgets", "selftest": "harness.commands.tools:cmd_selftest",
+    "bisect": "harness.commands.tools:cmd_bisect", "exhaustive": "harness.commands.tools:cmd_exhaustive",
+}
+
+
+def dispatch(args) -> int:
+    import importlib
+    module, name = _COMMANDS[args.cmd].split(":")
+    return getattr(importlib.import_module(module), name)(args)

@@ -1,0 +1,130 @@
+"""Error metrics: how far a computed output lies from a reference interval, per element.
+
+A reference is an interval [lo, hi] per element (a point for the exact value, a set of legitimate
+values for a rounding model); the distance is to its nearest point `ref` (0 inside). Special
+values, shared by every metric: +0 == -0; NaN where the reference is NaN is 0 — except that a NaN
+*reference* never lets a check pass (`compare` fails it); NaN on one side only, or an infinity the
+reference does not round to (with the same sign), is an infinite error.
+
+Each metric is a `Metric` value in a module of this folder, registered on import and found by
+`registry()`: a new metric is one new file. The harness computes every registered metric for every
+check (results.csv columns `column` and `mean_column`), gates one per output and reference
+(`gated_metric`, or a budget file's choice), and the reports and replay list them all.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from harness.references.formats import Format, round_to
+
+
+@dataclass(frozen=True)
+class Distance:
+    """What every metric is computed from, per element (float64, the computed output's shape)."""
+    computed: torch.Tensor
+    ref: torch.Tensor          # the reference interval's nearest point to each computed value
+    dist: torch.Tensor         # |computed - ref|
+    gauge: torch.Tensor        # the output's formula on absolute values
+    fmt: Format                # the output's format
+    special: torch.Tensor      # NaN or infinity on either side
+    special_ok: torch.Tensor   # ... and the two agree
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    column: str                               # results.csv: the worst element's value
+    mean_column: str | None                   # results.csv: the mean over elements (None: not kept)
+    final_rounding: float                     # what one correct rounding of the output can cost
+    elementwise: Callable[[Distance], torch.Tensor]    # finite-part formula; specials are handled here
+    description: str
+
+    def errors(self, d: Distance) -> torch.Tensor:
+        """Per-element error: the formula where both sides are finite, 0 where specials agree,
+        inf where they do not (and wherever the formula gives NaN)."""
+        e = self.elementwise(d)
+        e = torch.where(torch.isnan(e), torch.full_like(e, math.inf), e)
+        return torch.where(d.special, torch.where(d.special_ok, torch.zeros_like(e), torch.full_like(e, math.inf)), e)
+
+
+_REGISTRY: dict[str, Metric] = {}
+_DISCOVERED: list[bool] = []
+
+
+def register(metric: Metric) -> Metric:
+    _REGISTRY[metric.name] = metric
+    return metric
+
+
+def registry() -> dict[str, Metric]:
+    """Every metric of this folder (and any registered since), in registration order."""
+    if not _DISCOVERED:
+        _DISCOVERED.append(True)
+        for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            importlib.import_module(f"{__name__}.{m.name}")
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Metric:
+    metrics = registry()
+    if name not in metrics:
+        raise KeyError(f"unknown metric {name!r}; known: {', '.join(metrics)}")
+    return metrics[name]
+
+
+def gated_metric(output: str, reference: str) -> str:
+    """The metric a check is budgeted in by default. Against a model reference, every output: ULP
+    (the interval already holds the float32 noise, relative to the gauge, so what is left is the
+    output's own final rounding, half an ULP, and an extra low-precision rounding anywhere fails).
+    Against the exact value: ULP for y (a product, no cancellation) and the scaled error for dx,
+    dgate and dweight, which can cancel to ~0 where a correct result's ULP error is unbounded."""
+    if reference.startswith("model") or output == "y":
+        return "ulp"
+    return "scaled"
+
+
+def distance(computed: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, gauge: torch.Tensor,
+             fmt: Format) -> Distance:
+    c = computed.detach().to(torch.float64)
+    lo, hi = lo.to(torch.float64), hi.to(torch.float64)
+    ref = torch.minimum(torch.maximum(c, lo), hi)
+    ref = torch.where(torch.isnan(c), lo, ref)
+    dist = (c - ref).abs()
+    ref_rounded = round_to(ref, fmt)
+    c_nan, r_nan = torch.isnan(c), torch.isnan(lo) | torch.isnan(hi)
+    special = c_nan | r_nan | torch.isinf(c) | torch.isinf(ref_rounded)
+    special_ok = (c_nan & r_nan) | (~c_nan & ~r_nan & (c == ref_rounded))
+    return Distance(c, ref, dist, gauge.to(torch.float64), fmt, special, special_ok)
+
+
+@dataclass(frozen=True)
+class Reduced:
+    """One check's numbers: each metric's max (and mean where kept), the gated metric's worst element."""
+    maxima: dict[str, float]
+    means: dict[str, float]
+    p99_ulp: float
+    count_over: int
+    worst_index: tuple[int, ...]
+    worst_flat: int
+    worst_value: float
+
+
+def reduce(d: Distance, errors: dict[str, torch.Tensor], gated: str, budget: float) -> Reduced:
+    """Maxima and means of every metric's errors; the worst element is the one worst in `gated`."""
+    m = errors[gated].reshape(-1)
+    if m.numel() == 0:
+        return Reduced({k: 0.0 for k in errors}, {k: 0.0 for k in errors}, 0.0, 0, (), 0, 0.0)
+    worst = int(torch.argmax(m))
+    shape = d.computed.shape
+    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), shape)) if len(shape) else ()
+    u = errors["ulp"].reshape(-1)
+    k = max(1, math.ceil(0.01 * u.numel()))          # p99 as the k-th largest (torch.quantile caps at 2**24)
+    return Reduced({name: float(e.max()) for name, e in errors.items()},
+                   {name: float(e.mean()) for name, e in errors.items()},
+                   float(torch.topk(u, k).values[-1]), int((~(m <= budget)).sum()), idx, worst, float(m[worst]))

@@ -1,0 +1,116 @@
+"""A rounding model's reference, derived from its points: references.closed_forms evaluated on
+intervals (references.intervals), with the model's roundings and the float32 noise at the named steps.
+
+The trap this handles: an implementation computes n (say) in float32 and only then rounds it. Where
+the exact n lies within float32 error of a rounding boundary, either neighbour is legitimate. So at
+a rounding point the interval [lo, hi] (noise included) is rounded end by end, and every later step
+carries both candidates (interval arithmetic). Steps between points are exact, widened by the
+noise of references.models.noise. The result is, per output, [lo, hi] before the output's own final
+rounding, and the gauge.
+
+`exact_allowance` evaluates the same steps keeping only the absolute terms (underflow floors, and
+half the smallest subnormal at each rounding point): what relative budgets cannot express.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.references.closed_forms import OUTPUTS, forward_backward
+from harness.references.exact import Inputs
+from harness.references.formats import Format, fmt_of, round_to
+from harness.references.intervals import Interval
+from harness.references.models import RoundingModel, promoted_format, resolve
+from harness.references.models import noise
+
+# Where each point acts: node -> (format, whether a float32 product is formed there first).
+POINT_NODES = {
+    "mid": {"mid": ("act", False), "dmid": ("act", False)},
+    "xhat": {"norm.xhat": ("act", False), "norm.out": ("promoted", True), "norm.dout": ("promoted", False),
+             "norm.dxhat": ("act", True), "norm.dweight_term": ("promoted", True)},
+}
+
+
+class ModelArithmetic:
+    """closed_forms' arithmetic on Intervals for one model, activation format and case shape."""
+
+    def __init__(self, model: RoundingModel, inp: Inputs, act: Format, absolute: bool = False):
+        self.model, self.absolute = model, absolute
+        self.zero_centered = bool(inp.zero_centered_gamma)
+        self.formats = {"act": act, "promoted": promoted_format(fmt_of(inp.weight.dtype), act)}
+        self.noise = {} if absolute else noise.node_noise(inp.group, inp.tokens)
+
+    sigmoid = staticmethod(lambda t: t.increasing(torch.sigmoid))
+    rsqrt = staticmethod(lambda v: v.decreasing_positive(torch.rsqrt))
+
+    @staticmethod
+    def mean_of_squares(u: Interval, group: int) -> Interval:
+        return u.square().group_mean(group)
+
+    @staticmethod
+    def group_mean(v: Interval, group: int) -> Interval:
+        return v.group_mean(group)
+
+    @staticmethod
+    def token_sum(v: Interval) -> Interval:
+        return v.token_sum()
+
+    @staticmethod
+    def nominal(v: Interval) -> Interval:
+        return v.nominal()
+
+    def _floor(self, node: str, v: Interval, f: dict):
+        if node in ("gate.out", "gate.dinput"):
+            return noise.gate_floor(f["u"].g, f["t"].lo)
+        if node == "gate.dgate":
+            return noise.dgate_floor(f["d"].g, f["u"].g, f["t"].lo)
+        if node == "norm.dinput":
+            return noise.backward_floor(f["u"].g, f["r"].g, f["g"].g)
+        if node == "norm.dweight":
+            return noise.dweight_floor(f["u"].g, f["r"].g)
+        return None
+
+    def _round(self, v: Interval, fmt: Format, product: bool) -> Interval:
+        if product and not self.absolute:
+            v = v.widen(noise.U32 * v.g)                  # the float32 product before the rounding
+        if fmt.precision >= 24:                           # float32: no rounding beyond its noise
+            return v
+        if self.absolute:
+            return v.widen(fmt.min_subnormal / 2)         # rounding's absolute (underflow) part
+        return v.rounded(lambda z: round_to(z, fmt))
+
+    def at(self, node: str, v: Interval, **factors) -> Interval:
+        amount = self.noise.get(node, 0.0) * noise.U32 * v.g if node in self.noise else None
+        floor = self._floor(node, v, factors)
+        if floor is not None:
+            amount = floor if amount is None else amount + floor
+        if amount is not None:
+            v = v.widen(amount)
+        for point in self.model.points:
+            where = POINT_NODES[point].get(node)
+            if node == "norm.dweight_term" and self.zero_centered:
+                continue      # 1 + w is formed in float32: the dweight terms are float32 products
+            if where is not None:
+                v = self._round(v, self.formats[where[0]], where[1])
+        return v
+
+
+def _evaluate(inp: Inputs, model, act: Format, absolute: bool) -> dict[str, Interval]:
+    A = ModelArithmetic(resolve(model), inp, act, absolute)
+    ex = lambda t: Interval.exact(t.to(torch.float64))          # noqa: E731
+    w = inp.weight.to(torch.float64)
+    g = w + 1 if inp.zero_centered_gamma else w                 # exact
+    op = inp.op.__class__(inp.eps, False, inp.group, inp.norm_before_gate)
+    return forward_backward(ex(inp.x), ex(inp.gate), Interval.exact(g), ex(inp.dy), op, A)
+
+
+def model_reference(inp: Inputs, model, act: Format) -> dict[str, tuple]:
+    """(lo, hi, gauge) for y, dx, dgate, dweight (and mid, dmid) under `model` with activation `act`."""
+    q = _evaluate(inp, model, act, absolute=False)
+    return {k: (q[k].lo, q[k].hi, q[k].g) for k in (*OUTPUTS, "mid", "dmid")}
+
+
+def exact_allowance(inp: Inputs, model, act: Format) -> dict[str, tuple]:
+    """(lo, hi) around the exact value: its absolute allowance for an implementation of `model`
+    (underflow floors; half the smallest subnormal where a point rounds into the subnormal range)."""
+    q = _evaluate(inp, model, act, absolute=True)
+    return {k: (q[k].lo, q[k].hi) for k in OUTPUTS}
