@@ -126,7 +126,8 @@ class Plan:
 
 
 def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golden=None,
-         reference_backend="auto", shard_spec: tuple[int, int] | None = None, shard_by: str = "case") -> Plan:
+         reference_backend="auto", shard_spec: tuple[int, int] | None = None, shard_by: str = "case",
+         repeats: int | None = None, require_repeatable: bool = False) -> Plan:
     from harness.budgets import load_budget_file
     from harness.cases.suite import load_suite
     device = resolve_device(device)
@@ -151,8 +152,10 @@ def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golde
     base = load_baseline(baseline)
     if golden is not None:
         RunDir(golden).create("--golden")
+    if repeats is not None and repeats < 0:
+        raise UsageError(f"--repeats {repeats}: need 0 or more")
     settings = Settings(device, overrides, budgets or "", Path(golden) if golden else None, reference_backend,
-                        suite_ref, {i.name: i.spec for i in impl_list if i.spec})
+                        suite_ref, {i.name: i.spec for i in impl_list if i.spec}, repeats, require_repeatable)
     return Plan(impl_list, case_list, suite_name, settings, base)
 
 
@@ -182,12 +185,14 @@ def run_plan(p: Plan, out=None, *, resume=False, jobs=1, timeout=DEFAULT_TIMEOUT
 
 
 def verify(impl, *, cases="quick", device="auto", budgets=None, baseline=None, out=None, jobs=1,
-           timeout=DEFAULT_TIMEOUT, isolate="auto", golden=None, reference_backend="auto") -> Results:
+           timeout=DEFAULT_TIMEOUT, isolate="auto", golden=None, reference_backend="auto", repeats=None,
+           require_repeatable=False) -> Results:
     """Run `cases` (a suite name or .toml path, or a list of Case) for `impl` and gate on the budgets
     (default: derived from the declared rounding model; `budgets`: a budget file) and, given one, a
     baseline results directory. `out`: where results.csv goes (a temporary directory if None)."""
-    return run_plan(plan(impl, cases, device, budgets, baseline, golden, reference_backend), out, jobs=jobs,
-                    timeout=timeout, isolate=isolate)
+    p = plan(impl, cases, device, budgets, baseline, golden, reference_backend, repeats=repeats,
+             require_repeatable=require_repeatable)
+    return run_plan(p, out, jobs=jobs, timeout=timeout, isolate=isolate)
 
 
 def failure_message(results: Results) -> str:

@@ -7,7 +7,7 @@ process — os._exit, a segfault, a hang — is the worker's to survive (harness
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -23,7 +23,7 @@ class Outcome:
     error: str | None = None              # the implementation raised / ran out of memory: `error` rows
     skip: str | None = None               # it declined the case (Unsupported): `skip` rows
     seconds: float = 0.0                  # factory + forward + backward, synchronised
-    extra: dict = field(default_factory=dict)
+    module: tuple | None = None           # (module, weight): to run it again (timing, determinism)
 
 
 def expected_dtypes(inp: Inputs, act_dtype: torch.dtype) -> dict[str, torch.dtype]:
@@ -116,4 +116,36 @@ def run_impl(impl: Implementation, inp: Inputs, act_dtype: torch.dtype, device: 
                            f"expected {str(want_dtype[k]).replace('torch.', '')}")
         else:
             outputs[k] = t.detach()
-    return Outcome(outputs, problems, seconds=seconds)
+    return Outcome(outputs, problems, seconds=seconds, module=module)
+
+
+def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Per output, the elements whose bits differ between two runs (NaN payloads included)."""
+    out = {}
+    for k, t in a.items():
+        u = b.get(k)
+        if u is None or u.shape != t.shape or u.dtype != t.dtype:
+            out[k] = t.numel()
+            continue
+        view = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[t.element_size()]
+        out[k] = int((t.contiguous().view(view) != u.contiguous().view(view)).sum())
+    return out
+
+
+def time_calls(module, inp: Inputs, device: str, repeats: int) -> float:
+    """Median seconds of one forward + backward (warm), on CUDA from CUDA events around each call."""
+    times = []
+    for _ in range(repeats):
+        if device.startswith("cuda"):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            forward_backward(*module, inp, device)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            forward_backward(*module, inp, device)
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]

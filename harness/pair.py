@@ -12,8 +12,9 @@ from pathlib import Path
 from harness.analysis.check import check, status_rows
 from harness.cases.case import Case
 from harness.cases.generate import act_format, generate
-from harness.execute import run_impl
+from harness.execute import differing, forward_backward, run_impl, time_calls
 from harness.impls.base import Implementation
+from harness.references import package_version
 from harness.references.bundle import CaseReferences, build
 
 # Where a case's float64 references and analysis run. On a GPU, every small kernel and host sync of
@@ -21,6 +22,7 @@ from harness.references.bundle import CaseReferences, build
 # case's analysis took 1.3 s there and 0.02 s on one CPU core): below this many elements they run
 # on the CPU; bigger cases, whose float64 work the GPU does far faster, stay on the device.
 ANALYSIS_ON_CPU_BELOW = 1 << 18
+VERSION = package_version()
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,9 @@ class Settings:
     reference_backend: str = "auto"
     suite_ref: str = "quick"                 # what `--cases` replay commands name
     impl_specs: dict = field(default_factory=dict)     # name -> --impl text, for replay commands
+    repeats: int | None = None               # warm timed calls per pair (None: 5 on CUDA, 3 on the CPU; 0: none)
+    require_repeatable: bool = False         # a second call on the same inputs must give the same bits
+    models: tuple = ()                       # more model references to check (harness identify)
 
 
 def analysis_device(case: Case, device: str) -> str:
@@ -91,25 +96,93 @@ class PairRunner:
         act = act_format(case, impl.act_follows)
         why = impl.unsupported(case)
         if why is not None:
-            rows = status_rows(case, impl, self.s.device, act.name, "skip", why)
+            rows = status_rows(case, impl, self.s.device, act.name, "skip", why, self.s.models)
         else:
             inp, refs = self.references(case, impl)
             times["references"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             outcome = run_impl(impl, inp, act.dtype, self.s.device, impl.case_kwargs(case))
+            times["impl"] = time.perf_counter() - t1
+            speed = self.speed(outcome, inp)
+            times["timing"] = time.perf_counter() - t1 - times["impl"]
             t2 = time.perf_counter()
-            times["impl"] = t2 - t1
             mp0 = _mp_seconds(refs)
-            rows = check(case, impl, self.s.device, refs, outcome, self.s.overrides, self.s.override_path)
+            rows = check(case, impl, self.s.device, refs, outcome, self.s.overrides, self.s.override_path,
+                         self.s.models)
             times["analysis"] = time.perf_counter() - t2
             times["mpmath"] = _mp_seconds(refs) - mp0
+            self.annotate(rows, speed)
         spec = self.s.impl_specs.get(impl.name, impl.spec or impl.name)
         replay = replay_command(case, spec, self.s.suite_ref, self.s.device, self.s.override_path)
         seconds = time.perf_counter() - t0
         for r in rows:
-            r["replay"] = replay
-            r["pair_seconds"] = seconds
+            r.update(replay=replay, pair_seconds=seconds, suite=self.s.suite_ref, harness_version=VERSION)
         return rows, times
+
+
+    def speed(self, outcome, inp) -> dict:
+        """Separate warm calls after the accuracy run: a second call on the same inputs (is every
+        output bit for bit the same?) and `repeats` timed ones (median); on CUDA the bytes a fused
+        forward + backward must move and the share of the copy-bandwidth floor that time reaches."""
+        if outcome.module is None or outcome.error or outcome.skip is not None:
+            return {}
+        repeats = self.s.repeats if self.s.repeats is not None else (5 if self.s.device.startswith("cuda") else 3)
+        try:
+            _, again = forward_backward(*outcome.module, inp, self.s.device)
+            diff = differing(outcome.outputs, {k: v.detach() for k, v in (again or {}).items() if v is not None})
+            seconds = time_calls(outcome.module, inp, self.s.device, repeats) if repeats else math.nan
+        except Exception as e:                    # a second call that fails: not repeatable
+            return {"differing": {k: -1 for k in outcome.outputs}, "why": f"second call raised {type(e).__name__}: {e}"}
+        out = {"differing": diff, "impl_seconds": seconds}
+        if self.s.device.startswith("cuda") and repeats:
+            moved = bytes_moved(inp)
+            out["bytes_moved"] = moved
+            out["floor_fraction"] = moved / copy_bandwidth(self.s.device) / seconds
+        return out
+
+    def annotate(self, rows: list[dict], speed: dict) -> None:
+        for r in rows:
+            if r["status"] in ("error", "skip") or not speed:
+                continue
+            n = speed["differing"].get(r["output"], 0)
+            r["repeatable"] = n == 0
+            r["differing_elements"] = max(n, 0)
+            for k in ("impl_seconds", "bytes_moved", "floor_fraction"):
+                if k in speed:
+                    r[k] = speed[k]
+            if n and self.s.require_repeatable and r["status"] == "pass":
+                r["status"] = "fail"
+                r["reason"] = speed.get("why") or (f"{r['output']} not repeatable: {n} elements differ between two "
+                                                   f"calls on the same inputs (--require-repeatable)")
+
+
+def bytes_moved(inp) -> int:
+    """What a fused forward + backward must read and write at least: x, gate, dy in, y, dx, dgate out
+    (each in its dtype; y and dx as x), and the weight in and dweight out."""
+    n = inp.x.numel()
+    row = 3 * inp.x.element_size() + 2 * inp.gate.element_size() + inp.dy.element_size()
+    return n * row + 2 * inp.hidden * inp.weight.element_size()
+
+
+_BANDWIDTH: dict = {}
+
+
+def copy_bandwidth(device: str) -> float:
+    """Bytes per second a device-to-device copy of 1 GiB moves (read + write), measured once."""
+    if device not in _BANDWIDTH:
+        import torch
+        a = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+        b = torch.empty_like(a)
+        b.copy_(a)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            b.copy_(a)
+        end.record()
+        end.synchronize()
+        _BANDWIDTH[device] = 10 * 2 * a.numel() / (start.elapsed_time(end) / 1e3)
+        del a, b
+    return _BANDWIDTH[device]
 
 
 def _mp_seconds(refs: CaseReferences) -> float:

@@ -122,8 +122,7 @@ def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override
         if row["status"] in ("error", "skip") or out not in outcome.outputs:
             continue
         fmt = fmt_of(out_format_name(case, act.name, out))
-        kind = row["reference"].split(":")[0]
-        lo, hi, gauge = interval(refs, kind, impl, act, out)         # exactly what check() measured
+        lo, hi, gauge = interval(refs, row["reference"], impl.rounding, act, out)     # what check() measured
         c = compare(outcome.outputs[out], lo, hi, gauge, fmt, row["budget_metric"], row["budget"], out)
         golden = refs.certified(out, fmt).golden
         r.elements[k] = explain(c, refs.inputs, out, lo, hi, refs.values[out], golden, worst_flats(c, top), fmt.dtype)

@@ -28,7 +28,8 @@ from harness.references.metrics import get
 from harness.reports.rundir import PAIR_TIMING, TIMING, RunDir
 from harness.worker import DEFAULT_TIMEOUT, Worker, picklable
 
-ROWS_PER_PAIR = len(OUTPUTS) * len(REFERENCE_KINDS)
+def rows_per_pair(sw: "Sweep") -> int:
+    return len(OUTPUTS) * (len(REFERENCE_KINDS) + len(sw.settings.models))
 PAIR_TIMING_COLUMNS = ["case_id", "label", "impl", "references", "impl_seconds", "analysis", "mpmath", "pair_seconds"]
 
 
@@ -42,7 +43,7 @@ class Sweep:
     jobs: int = 1
     timeout: float = DEFAULT_TIMEOUT
     isolate: str = "auto"               # "process", "inline" (no worker), or "auto": process where possible
-    threads: int | None = None          # CPU threads per worker (None: cores / jobs)
+    threads: int | None = None          # OpenMP threads per worker (None: 1)
     gpus: tuple[int, ...] = ()          # pin worker k to GPU gpus[k % len(gpus)]
 
 
@@ -92,10 +93,13 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def worker_env(threads: int, gpu: int | None) -> dict:
+def worker_env(threads: int, compile_threads: int, gpu: int | None) -> dict:
+    """A worker's environment: its OpenMP team (one thread unless asked: on a shared CI box a team of
+    every core spins against the other processes — quick ran 3-4x slower with the default), its
+    share of the cores for Inductor's compile pool, and its GPU."""
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(threads)
-    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     return env
@@ -143,7 +147,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     planned = {(c.case_id, i.name) for c in sw.cases for i in sw.impls}
     kept = pd.DataFrame()
     if sw.resume:
-        kept = rd.repair_for_resume(ROWS_PER_PAIR)
+        kept = rd.repair_for_resume(rows_per_pair(sw))
         if len(kept):
             mine = pd.Series(list(zip(kept["case_id"], kept["impl"])), index=kept.index).isin(planned)
             kept = regate(kept[mine], {c.case_id: c for c in sw.cases}, {i.name: i for i in sw.impls}, sw.settings)
@@ -156,7 +160,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     todo = [(c, impls) for c, impls in todo if impls]
     total = sum(len(i) for _, i in todo)
     jobs = max(1, min(sw.jobs, len({compile_key(c) for c, _ in todo}) or 1))
-    threads = sw.threads or max(1, cores() // jobs)
+    threads, compile_threads = sw.threads or 1, max(1, cores() // jobs)
     timings: dict[str, float] = {}
     lock = threading.Lock()
     state = {"done": 0}
@@ -186,14 +190,14 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
 
     def isolated(mine, k: int) -> None:
         gpu = sw.gpus[k % len(sw.gpus)] if sw.gpus else None
-        worker = Worker(sw.settings, worker_env(threads, gpu))
+        worker = Worker(sw.settings, worker_env(threads, compile_threads, gpu))
         try:
             for case, impls in mine:
                 for impl in impls:
                     rows, times, why = worker.run(case, impl, sw.timeout)
                     if rows is None:
                         act = act_format(case, impl.act_follows).name
-                        rows = status_rows(case, impl, sw.settings.device, act, "error", why)
+                        rows = status_rows(case, impl, sw.settings.device, act, "error", why, sw.settings.models)
                         for r in rows:
                             r["replay"] = ""
                         if log:

@@ -19,7 +19,8 @@ _CASE = ("label", "regime", "act_dtype", "out_dtype", "hidden", "tokens", "x_dis
 _DETAIL = ("p99_ulp", "count_over", "n_elements", "cr_mismatch", "certified", "uncertified",
            "worst_index", "worst_got", "worst_ref", "worst_inputs")
 _VERDICT = ("budget_source", "regressed", "baseline_value", "reason", "replay")
-_RUN = ("pair_seconds", "impl_seconds", "repeatable", "differing_elements", "schema_version")
+_RUN = ("suite", "harness_version", "pair_seconds", "impl_seconds", "bytes_moved", "floor_fraction", "repeatable", "differing_elements",
+        "schema_version")
 
 STATUSES = ("pass", "fail", "error", "skip")
 # Text columns stay text when read back: a case id such as "060486302023" is not a number, and an
@@ -27,9 +28,9 @@ STATUSES = ("pass", "fail", "error", "skip")
 TEXT_COLUMNS = ("case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
                 "gate_dist", "output", "reference", "budget_metric", "status", "label", "regime", "act_dtype",
                 "out_dtype", "x_dist", "gamma_dist", "dy_dist", "worst_index", "worst_inputs", "budget_source",
-                "reason", "replay")
+                "reason", "replay", "suite", "harness_version")
 INT_COLUMNS = ("cr_mismatch", "certified", "uncertified", "count_over", "n_elements", "hidden", "tokens", "seed",
-               "group_size", "differing_elements", "schema_version")
+               "group_size", "differing_elements", "bytes_moved", "schema_version")
 REQUIRED = ("case_id", "impl", "output", "reference", "status")
 KEY = ("case_id", "impl", "output", "reference")      # one row per key in a run
 

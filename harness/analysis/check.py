@@ -39,12 +39,24 @@ def reference_name(kind: str, impl: Implementation) -> str:
     return kind if kind == "exact" else f"model:{impl.rounding.name}"
 
 
-def status_rows(case, impl, device, act_name, status: str, reason: str) -> list[dict]:
+def references_of(impl: Implementation, models=()) -> list[tuple[str, object]]:
+    """(reference name, rounding model) of every check of a pair: the exact value, the declared
+    model, and the other models asked for (harness identify measures against every built-in)."""
+    from harness.references.models import resolve
+    out = [("exact", impl.rounding), (f"model:{impl.rounding.name}", impl.rounding)]
+    for m in models:
+        model = resolve(m)
+        if model.name != impl.rounding.name:
+            out.append((f"model:{model.name}", model))
+    return out
+
+
+def status_rows(case, impl, device, act_name, status: str, reason: str, models=()) -> list[dict]:
     """Rows carrying no measurement: `error` (the implementation raised, died, hung) or `skip`."""
     return [{**base_row(case, impl, device, act_name), "output": out,
-             "out_dtype": out_format_name(case, act_name, out), "reference": reference_name(ref, impl),
+             "out_dtype": out_format_name(case, act_name, out), "reference": ref,
              "budget_metric": gated_metric(out, ref), "status": status, "reason": reason}
-            for out in OUTPUTS for ref in REFERENCE_KINDS]
+            for out in OUTPUTS for ref, _ in references_of(impl, models)]
 
 
 def budget_for(case: Case, impl: Implementation, out: str, kind: str, fmt, act, overrides, override_path):
@@ -54,15 +66,16 @@ def budget_for(case: Case, impl: Implementation, out: str, kind: str, fmt, act, 
                   override_path)
 
 
-def interval(refs: CaseReferences, kind: str, impl: Implementation, act, out: str):
-    """(lo, hi, gauge) of the reference a check measures against."""
-    return refs.exact_for(impl.rounding, act, out) if kind == "exact" else refs.model(impl.rounding, act, out)
+def interval(refs: CaseReferences, reference: str, model, act, out: str):
+    """(lo, hi, gauge) of the reference a check measures against (`model`: its rounding model; the
+    exact value is widened by the model's absolute allowance)."""
+    return refs.exact_for(model, act, out) if reference == "exact" else refs.model(model, act, out)
 
 
 def check(case: Case, impl: Implementation, device: str, refs: CaseReferences, outcome: Outcome,
-          overrides=(), override_path: str = "") -> list[dict]:
+          overrides=(), override_path: str = "", models=()) -> list[dict]:
     act = act_format(case, impl.act_follows)
-    early = empty_outcome_rows(case, impl, device, act.name, outcome)
+    early = empty_outcome_rows(case, impl, device, act.name, outcome, models)
     if early is not None:
         return early
     inp = refs.inputs
@@ -70,15 +83,16 @@ def check(case: Case, impl: Implementation, device: str, refs: CaseReferences, o
     rows = []
     for out in OUTPUTS:
         fmt = fmt_of(out_format_name(case, act.name, out))
-        for kind in REFERENCE_KINDS:
+        for reference, model in references_of(impl, models):
+            kind = reference.split(":")[0]
             budget = budget_for(case, impl, out, kind, fmt, act, overrides, override_path)
             row = {**base_row(case, impl, device, act.name), "output": out, "out_dtype": fmt.name,
-                   "reference": reference_name(kind, impl), "budget_metric": budget.metric,
+                   "reference": reference, "budget_metric": budget.metric,
                    "budget": budget.value, "budget_source": budget.source}
             if out in outcome.problems:
                 rows.append({**row, "status": "fail", "reason": outcome.problems[out]})
                 continue
-            lo, hi, gauge = interval(refs, kind, impl, act, out)
+            lo, hi, gauge = interval(refs, reference, model, act, out)
             c = compare(outcome.outputs[out], lo, hi, gauge, fmt, budget.metric, budget.value, out, row["reference"])
             red = c.reduced
             for name, m in metrics.items():
@@ -101,11 +115,11 @@ def check(case: Case, impl: Implementation, device: str, refs: CaseReferences, o
     return rows
 
 
-def empty_outcome_rows(case, impl, device, act_name, outcome: Outcome) -> list[dict] | None:
+def empty_outcome_rows(case, impl, device, act_name, outcome: Outcome, models=()) -> list[dict] | None:
     """Rows for an outcome that needs no references (a skip or an error), else None."""
     if outcome.skip is not None:
-        return status_rows(case, impl, device, act_name, "skip", outcome.skip)
+        return status_rows(case, impl, device, act_name, "skip", outcome.skip, models)
     if outcome.error:
-        return status_rows(case, impl, device, act_name, "error", outcome.error)
+        return status_rows(case, impl, device, act_name, "error", outcome.error, models)
     return None
 

@@ -84,7 +84,7 @@ def cmd_run(args) -> int:
         raise UsageError("--shard-by applies to --shard (--jobs always splits by shape)")
     check_output_file("--junit", args.junit)
     p = plan(args.impl, args.cases, args.device, args.budgets, args.baseline, args.golden, args.reference_backend,
-             parse_shard(args.shard), args.shard_by or "case")
+             parse_shard(args.shard), args.shard_by or "case", args.repeats, args.require_repeatable)
     err(f"harness: {len(p.cases)} cases x {len(p.impls)} implementation(s) "
         f"[{', '.join(f'{i.name} ({i.rounding.name})' for i in p.impls)}] on {p.settings.device}")
     results = run_plan(p, args.out, resume=args.resume, jobs=args.jobs, timeout=args.timeout,

@@ -1,0 +1,70 @@
+"""`harness merge DIR... --out DIR [--cases SUITE]`: combine the outputs of `harness run --shard K/N`
+(one per host, or per job of a Slurm array or Kubernetes indexed Job: docs/multi-host.md) into one
+results set, verdict and report — refusing inputs that do not add up: rows of another harness
+version or suite, a key in two shards, an interrupted shard, and (given the suite) a case or
+implementation that no shard ran."""
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.api import Results
+from harness.commands import err
+from harness.references.errors import UsageError
+from harness.reports.rundir import PAIR_TIMING, RunDir, read_csv, read_results
+from harness.reports.schema import KEY
+
+
+def _one(df: pd.DataFrame, column: str, what: str, dirs) -> str:
+    values = sorted(set(df[column].dropna().astype(str))) if column in df.columns else []
+    if len(values) > 1:
+        raise UsageError(f"merge: the inputs come from different {what}s ({', '.join(values)}): {' '.join(dirs)}")
+    return values[0] if values else ""
+
+
+def check_coverage(df: pd.DataFrame, suite_ref: str) -> None:
+    """Every case of the suite, for every implementation the shards ran, exactly once."""
+    from harness.cases.suite import load_suite
+    suite = load_suite(suite_ref)
+    want = {c.case_id for c in suite.cases}
+    got = set(df["case_id"])
+    extra = sorted(got - want)
+    if extra:
+        raise UsageError(f"merge: case {extra[0]} (and {len(extra) - 1} more) is not in suite {suite.name}")
+    for impl, rows in df.groupby("impl"):
+        missing = sorted(want - set(rows["case_id"]))
+        if missing:
+            raise UsageError(f"merge: {len(missing)} of {len(want)} cases of suite {suite.name} are missing for "
+                             f"{impl} (e.g. {missing[0]}): a shard did not run; run it, or merge without it")
+
+
+def cmd_merge(args) -> int:
+    from harness.commands.run import finish
+    frames = []
+    for d in args.dirs:
+        rd = RunDir(d)
+        if not rd.results.is_file():
+            raise UsageError(f"merge: {d}: no results.csv")
+        frames.append(read_results(rd.results))
+    df = pd.concat(frames, ignore_index=True)
+    _one(df, "harness_version", "harness version", args.dirs)
+    suite = _one(df, "suite", "suite", args.dirs)
+    dup = df[df.duplicated(list(KEY), keep=False)]
+    if not dup.empty:
+        r = dup.iloc[0]
+        raise UsageError(f"merge: {r['case_id']} {r['impl']} {r['output']} {r['reference']} is in more than one "
+                         f"input: shards must be disjoint")
+    counts = df.groupby(["case_id", "impl"]).size()
+    if counts.nunique() > 1:
+        (cid, impl), n = counts.idxmin(), counts.min()
+        raise UsageError(f"merge: {cid} {impl} has {n} of {counts.max()} rows: an interrupted shard; rerun it "
+                         f"with --resume first")
+    if args.cases or suite:
+        check_coverage(df, args.cases or suite)
+    out = RunDir(args.out).create()
+    parts = [read_csv(RunDir(d).file(PAIR_TIMING)) for d in args.dirs if RunDir(d).file(PAIR_TIMING).is_file()]
+    if parts:
+        out.write_frame(PAIR_TIMING, pd.concat(parts, ignore_index=True))
+    err(f"harness: merged {len(frames)} result sets, {len(df)} rows")
+    results = Results(df, suite=suite)
+    device = str(df["device"].iloc[0]) if len(df) else "cpu"
+    return finish(results, out.path, device, [], "merged", None, False)
