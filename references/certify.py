@@ -40,7 +40,7 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
             values=None, gauges=None, mp_dweight_limit: int = MP_DWEIGHT_LIMIT,
             row_elements: int = MP_ROW_ELEMENTS, row_cache: dict | None = None) -> Certified:
     if values is None:
-        values, gauges = exact_outputs(inp)
+        values, gauges = exact_outputs(inp, with_mid=output in ("mid", "dmid"))
     v = values[output]
     bound = float64_error_bound(inp)[output] * gauges[output]
     golden = round_to(v, fmt)

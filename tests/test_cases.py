@@ -246,3 +246,82 @@ def test_shard_partition(n):
     for p in parts:                                    # order within a shard follows the suite
         assert p == [c for c in cases if c in p]
     assert shard(cases, 1, n) == shard(cases, 1, n)
+
+
+# ------------------------------------------------------------------ op variants and dy
+
+VARIANTS = """
+[[group]]
+dtype = ["bf16"]
+shape = [[4, 32], [2, 12]]
+group_size = ["hidden", 8, 3]
+norm_before_gate = [true, false]
+dy_dist = ["normal", "ones"]
+"""
+
+
+def test_variant_axes_expand_and_drop_what_does_not_divide():
+    s = parse_suite(VARIANTS, P)
+    got = {(c.hidden, c.group, c.norm_before_gate, c.dy_dist) for c in s.cases}
+    # hidden 32: groups 32, 8 (3 does not divide); hidden 12: groups 12, 3 (8 does not divide)
+    assert {(h, g) for h, g, _, _ in got} == {(32, 32), (32, 8), (12, 12), (12, 3)}
+    assert len(s.cases) == 4 * 2 * 2
+    assert all(c.group_size is None for c in s.cases if c.group == c.hidden)      # "hidden": no group_size
+
+
+@pytest.mark.parametrize("text,needles", [
+    ('[[case]]\ndtype = "bf16"\nshape = [4, 32]\ngroup_size = 5\n', ["group_size", "does not divide", "32"]),
+    ('[[case]]\ndtype = "bf16"\nshape = [4, 32]\ngroup_size = 0\n', ["group_size", "positive"]),
+    ('[[case]]\ndtype = "bf16"\nshape = [4, 32]\nnorm_before_gate = "no"\n', ["norm_before_gate", "true/false"]),
+    ('[[case]]\ndtype = "bf16"\nshape = [4, 32]\ndy_dist = "zeros"\n', ["dy_dist", "zeros"]),
+    ('[[group]]\ndtype = ["bf16"]\nshape = [[4, 32]]\ngroup_size = [5]\n', ["no valid case"]),
+])
+def test_variant_rejections(text, needles):
+    _raises(text, *needles)
+
+
+def test_default_variants_keep_the_case_ids_of_before():
+    """A case with the later axes at their defaults hashes as it did before they existed (these ids
+    are in earlier baselines and golden stores): quick's first case, as on main before the axes."""
+    c = make_case(shape=(4, 19))
+    assert c.params().keys() == {"dtype", "gate_dtype", "weight_dtype", "shape", "zero_centered_gamma", "eps",
+                                 "x_dist", "gate_dist", "gamma_dist", "seed"}
+    assert load_suite("quick").cases[0].case_id == "3ca6ec3de730"
+    grouped = make_case(shape=(4, 32), group_size=8)
+    assert grouped.case_id != make_case(shape=(4, 32)).case_id
+    assert make_case(shape=(4, 32), group_size=32) == make_case(shape=(4, 32))    # G = hidden: one spelling
+    assert "G=8" in grouped.label and "gate-first" in make_case(norm_before_gate=False).label
+    assert "dy:ones" in make_case(dy_dist="ones").label
+
+
+@pytest.mark.parametrize("dist", ["normal", "ones", "positive"])
+def test_dy_distributions(dist):
+    inp = generate(make_case(shape=(64, 32), dy_dist=dist))
+    dy = inp.dy.double()
+    if dist == "ones":
+        assert torch.all(dy == 1)
+    elif dist == "positive":
+        assert torch.all(dy >= 0) and dy.std() > 0.1
+    else:
+        assert (dy < 0).any() and (dy > 0).any()
+    assert inp.group_size is None and inp.norm_before_gate
+
+
+def test_generated_inputs_carry_the_variant():
+    inp = generate(make_case(shape=(4, 32), group_size=8, norm_before_gate=False))
+    assert inp.group == 8 and inp.norm_before_gate is False and inp.op.group_size == 8
+
+
+def test_strategy_cases_are_valid():
+    from hypothesis import given, settings
+
+    from harness.cases.strategies import cases
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(cases())
+    def check(c):
+        assert c.hidden % c.group == 0
+        assert Case(**{**c.__dict__}).case_id == c.case_id
+        parse_suite(c.to_toml(), P)
+
+    check()

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from harness.references import mp
-from harness.references.certify import certify, undecided
+from harness.references.certify import certify
+from harness.references.formats import undecided
 from harness.references.exact import Inputs, exact_outputs, float64_error_bound
 from harness.references.formats import fmt_of, round_to
 from tests.conftest import make_inputs
@@ -75,10 +76,10 @@ def _norm_case(g0: float, x0: float = 3.0, dy0: float = 1.0, gate0: float = 0.0)
 def test_exact_midpoint_of_n_is_flagged_and_ties_to_even(fmt, k, up, sign):
     g0 = 1 + k * 2.0 ** -(fmt.precision - 1)
     inp = _norm_case(g0, x0=3.0 * sign)
-    n0 = exact_outputs(inp)[0]["n"][0].item()
+    n0 = exact_outputs(inp, with_mid=True)[0]["mid"][0].item()
     q = _ulp(fmt, n0)
     assert n0 == sign * 0.75 * g0 and (abs(n0) / q) % 1 == 0.5        # really on a midpoint
-    c = certify(inp, "n", fmt)
+    c = certify(inp, "mid", fmt)
     assert c.flagged >= 1 and c.certified == c.flagged and c.uncertified == 0
     lo, hi = sign * (abs(n0) - q / 2), sign * (abs(n0) + q / 2)
     want = hi if up else lo
@@ -110,22 +111,22 @@ def test_exact_midpoint_of_dgate_at_zero_gate(fmt, k, up):
 def test_nudged_one_float64_ulp_off_the_midpoint(fmt):
     # k = 3: the tie itself goes down (even); one float64 ulp of g above -> up, below -> down.
     g0 = 1 + 3 * 2.0 ** -(fmt.precision - 1)
-    tie = certify(_norm_case(g0), "n", fmt).golden[0].item()
-    up = certify(_norm_case(math.nextafter(g0, math.inf)), "n", fmt)
-    down = certify(_norm_case(math.nextafter(g0, -math.inf)), "n", fmt)
+    tie = certify(_norm_case(g0), "mid", fmt).golden[0].item()
+    up = certify(_norm_case(math.nextafter(g0, math.inf)), "mid", fmt)
+    down = certify(_norm_case(math.nextafter(g0, -math.inf)), "mid", fmt)
     q = _ulp(fmt, 0.75 * g0)
     assert up.flagged >= 1 and down.flagged >= 1                      # within the float64 bound
     assert up.golden[0].item() == tie + q
     assert down.golden[0].item() == tie
     # k = 1: the tie goes up; one ulp below goes down
     g1 = 1 + 2.0 ** -(fmt.precision - 1)
-    tie1 = certify(_norm_case(g1), "n", fmt).golden[0].item()
-    below = certify(_norm_case(math.nextafter(g1, -math.inf)), "n", fmt).golden[0].item()
+    tie1 = certify(_norm_case(g1), "mid", fmt).golden[0].item()
+    below = certify(_norm_case(math.nextafter(g1, -math.inf)), "mid", fmt).golden[0].item()
     assert below == tie1 - q
 
 
 @pytest.mark.parametrize("fmt", [BF16, FP16, FP32], ids=lambda f: f.name)
-@pytest.mark.parametrize("output", ["n", "dgate"])
+@pytest.mark.parametrize("output", ["mid", "dgate"])
 def test_near_midpoints_within_the_bound_are_flagged_and_match_mpmath(fmt, output):
     """Walk g0 (or dy0) over float64 neighbours of a midpoint: every element within the float64
     bound of the midpoint is flagged, and each golden equals mpmath's value rounded exactly."""
@@ -133,7 +134,7 @@ def test_near_midpoints_within_the_bound_are_flagged_and_match_mpmath(fmt, outpu
     flagged_any = 0
     for j in range(-40, 41):
         p = base + j * 2.0 ** -52
-        inp = _norm_case(p) if output == "n" else _norm_case(1.0, dy0=p)
+        inp = _norm_case(p) if output == "mid" else _norm_case(1.0, dy0=p)
         c = certify(inp, output, fmt)
         with mpmath.workdps(60):
             exact = mp.values(inp, output, [0], 60)[0]
@@ -157,8 +158,8 @@ def test_near_midpoints_within_the_bound_are_flagged_and_match_mpmath(fmt, outpu
 def test_random_cases_flag_little_and_agree_with_mpmath_everywhere(dtype, gate, zc):
     inp = make_inputs((6, 48), dtype, zc, gate_scale=gate[0], gate_shift=gate[1],
                       seed=int(gate[0]) + zc, gate_dtype=torch.float32)
-    values, gauges = exact_outputs(inp)
-    for output in ("y", "dx", "dgate", "dweight", "n", "dn"):
+    values, gauges = exact_outputs(inp, with_mid=True)
+    for output in ("y", "dx", "dgate", "dweight", "mid", "dmid"):
         m = values[output].numel()
         with mpmath.workdps(60):
             exact = mp.values(inp, output, list(range(m)), 60)
@@ -251,9 +252,9 @@ def test_certify_decides_a_near_tie_closer_than_96_bits():
     for t in (inp.x, inp.weight):
         assert torch.equal(t.to(torch.bfloat16).double(), t.double())
     with mpmath.workdps(60):
-        exact = mp.values(inp, "n", [0], 60)[0]
+        exact = mp.values(inp, "mid", [0], 60)[0]
         assert exact < mpmath.mpf(193.5) * 2 ** -8
-    c = certify(inp, "n", BF16)
+    c = certify(inp, "mid", BF16)
     assert c.flagged >= 1
     assert c.golden[0].item() == rne(exact, BF16) == 193 * 2.0 ** -8  # got 194 * 2**-8
 
@@ -275,10 +276,10 @@ def test_all_values_within_float64_bound(shape, gate, zc):
                         -80 - 30 * torch.rand(shape, generator=g, dtype=torch.float64),
                         5 * torch.rand(shape, generator=g, dtype=torch.float64))
     inp = Inputs(inp.x, t.float(), inp.weight, inp.dy, 0.25 if zc else 1e-5, zc)
-    values, gauges = exact_outputs(inp)
+    values, gauges = exact_outputs(inp, with_mid=True)
     exact = mp.all_values(inp, dps=50)
     bound = float64_error_bound(inp)
-    for k in ("n", "dn", "y", "dgate", "dx", "dweight"):
+    for k in ("mid", "dmid", "y", "dgate", "dx", "dweight"):
         assert exact[k].shape == values[k].shape, k
         err = (values[k] - exact[k]).abs()
         assert torch.all(err <= bound[k] * gauges[k] + 1e-300), (k, float((err / gauges[k]).max()))
@@ -287,7 +288,7 @@ def test_all_values_within_float64_bound(shape, gate, zc):
 def test_all_values_match_values_and_row():
     inp = make_inputs((3, 7), torch.float32, seed=11, gate_shift=-2.0)
     allv = mp.all_values(inp, dps=40)
-    for k in ("y", "dx", "dgate", "n", "dn"):
+    for k in ("y", "dx", "dgate", "mid", "dmid"):
         idx = [0, 5, 8, 20]
         with mpmath.workdps(40):
             got = [float(e) for e in mp.values(inp, k, idx, 40)]
@@ -308,12 +309,13 @@ def test_mp_leaves_global_precision_alone():
 
 def test_row_budget_cost_model():
     from harness.references.certify import _within_row_budget
-    # dx: a row costs `hidden` (its c); one new row is always taken, even past the budget
-    cache = {("parts", 0, 50): {"c": 1}}
-    assert _within_row_budget([5, 20005, 40005], 20000, 16384, cache, "dx") == [5, 20005]
-    assert _within_row_budget([5, 20005, 40005], 20000, 50_000, {}, "dx") == [5, 20005]
-    # y: hidden/256 for a new row's sum of squares plus one per element; cached rows cost their elements
+    # whole rows (dx, or gate first): a row costs `hidden`; one new row is always taken, even past
+    # the budget; a cached row costs nothing
+    cache = {("row", 0, 50): object()}
+    assert _within_row_budget([5, 20005, 40005], 20000, 16384, cache, True) == [5, 20005]
+    assert _within_row_budget([5, 20005, 40005], 20000, 50_000, {}, True) == [5, 20005]
+    # per element: hidden/256 for a new row's sum of squares plus one per element
     flat = [r * 1024 + j for r in range(10) for j in range(3)]
-    got = _within_row_budget(flat, 1024, 3 * (4 + 3), {}, "y")
+    got = _within_row_budget(flat, 1024, 3 * (4 + 3), {}, False)
     assert got == flat[:9]                                # three rows of (4 + 3)
-    assert _within_row_budget(flat, 1024, 3 * (4 + 3) - 1, {}, "y") == flat[:6]
+    assert _within_row_budget(flat, 1024, 3 * (4 + 3) - 1, {}, False) == flat[:6]

@@ -19,7 +19,7 @@ from harness.references.errors import UsageError
 from harness.execute import run_impl
 from harness.impls import registry, te_adapter
 from harness.impls.base import Implementation
-from harness.runner import SweepConfig, case_rows
+from harness.pair import PairRunner, Settings
 from harness.references.bundle import build
 from harness.references.exact import OUTPUTS
 
@@ -42,14 +42,14 @@ def write_module(tmp_path, monkeypatch, body: str) -> str:
 
 
 def rows_for(impl: Implementation, case: Case, tmp_path=Path("/tmp")) -> list[dict]:
-    return case_rows(case, SweepConfig([impl], [case], "cpu", tmp_path), [impl])[0]
+    return PairRunner(Settings("cpu", repeats=0)).run(case, impl)[0]
 
 
 def checked(impl: Implementation, case: Case):
     act = case.weight_dtype if impl.act_follows == "weight" else case.dtype
     inp = generate(case, impl.act_follows)
     from harness.references.formats import fmt_of
-    outcome = run_impl(impl, inp, fmt_of(act).dtype, "cpu")
+    outcome = run_impl(impl, inp, fmt_of(act).dtype, "cpu", impl.case_kwargs(case))
     return outcome, check(case, impl, "cpu", build(inp), outcome)
 
 
@@ -59,7 +59,7 @@ def test_good_plugin(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, GOOD_BODY + "make.rounding = 'fused'\nmake.act_follows = 'weight'\n"
                        "make.devices = ('cpu',)\n")
     impl = registry.resolve(f"mine={mod}:make")
-    assert impl.name == "mine" and impl.rounding == "fused" and impl.act_follows == "weight"
+    assert impl.name == "mine" and impl.rounding.name == "fused" and impl.act_follows == "weight"
     assert impl.devices == ("cpu",) and impl.source == f"{mod}:make" and impl.unavailable is None
     assert impl.skip_reason("cpu") is None and "cpu" in impl.skip_reason("cuda")
 
@@ -67,7 +67,7 @@ def test_good_plugin(tmp_path, monkeypatch):
 def test_plugin_defaults_to_chain(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, GOOD_BODY.replace('make.rounding = "chain"', ""))
     impl = registry.load_plugin(f"p={mod}:make")
-    assert impl.rounding == "chain" and impl.act_follows == "x" and impl.devices == ("cpu", "cuda")
+    assert impl.rounding.name == "chain" and impl.act_follows == "x" and impl.devices == ("cpu", "cuda")
     rows = rows_for(impl, make_case(), tmp_path)
     assert len(rows) == 8 and {r["status"] for r in rows} == {"pass"}
 
@@ -82,7 +82,9 @@ def test_plugin_nested_attr(tmp_path, monkeypatch):
     (None, "make", "cannot import module"),
     (GOOD_BODY, "nope", "has no attribute 'nope'"),
     (GOOD_BODY + "VALUE = 3\n", "VALUE", "is not callable"),
-    (GOOD_BODY + "make.rounding = 'fused-ish'\n", "make", "rounding is 'fused-ish'"),
+    (GOOD_BODY + "make.rounding = 'fused-ish'\n", "make", "rounding 'fused-ish': not a built-in model"),
+    (GOOD_BODY + "make.rounding = ('mid', 'nope')\n", "make", "unknown point 'nope'"),
+    ("import sys\nsys.exit(0)\n", "make", "raised SystemExit"),
     (GOOD_BODY + "make.act_follows = 'gate'\n", "make", "act_follows is 'gate'"),
     ("raise RuntimeError('boom at import')\n", "make", "raised RuntimeError: boom at import"),
     ("import no_such_dependency_xyz\n", "make", "no_such_dependency_xyz"),
@@ -158,7 +160,7 @@ def test_raises_in_forward(tmp_path, monkeypatch):
             return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
     """)
     outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
-    assert outcome.error == "raised RuntimeError: kernel launch failed"
+    assert outcome.error == "forward/backward raised RuntimeError: kernel launch failed"
     assert {r["status"] for r in rows} == {"error"}
 
 
@@ -279,13 +281,13 @@ def test_entry_point_discovery(tmp_path, monkeypatch):
     (di / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 1.0\n")
     (di / "entry_points.txt").write_text(f"[harness.impls]\nmine = {mod}:make\nbroken = {mod}:missing\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    eps = registry.entry_point_impls()
+    eps = registry.entry_points()
     assert "mine" in eps
-    assert eps["mine"].rounding == "fused" and eps["mine"].source == f"entry point {mod}:make"
+    assert eps["mine"].rounding.name == "fused" and eps["mine"].source == f"entry point {mod}:make"
+    assert eps["mine"].spec == "mine"                      # a worker process resolves it by name
     assert eps["mine"].unavailable is None and callable(eps["mine"].factory)
     assert "failed to load" in eps["broken"].unavailable
     assert registry.resolve("mine").name == "mine"
-    assert "mine" in registry.available_impls()
 
 
 # ---------------------------------------------------------------- TransformerEngine adapter
@@ -329,8 +331,8 @@ STANDIN = types.SimpleNamespace(RMSNorm=_RMSNorm, SiLUGate=_SiLUGate, Sequential
 
 
 def test_te_adapter_declarations():
-    impl = te_adapter.implementation(te_ops=STANDIN)
-    assert impl.name == "te" and impl.act_follows == "weight" and impl.rounding == "chain"
+    impl, = te_adapter.implementations(te_ops=STANDIN)
+    assert impl.name == "te" and impl.act_follows == "weight" and impl.rounding.name == "chain"
     assert impl.devices == ("cuda",) and impl.unavailable is None
     assert "cuda" in impl.skip_reason("cpu")
 
@@ -341,7 +343,7 @@ def test_te_adapter_declarations():
     make_case(weight_dtype="fp32", gate_dtype="fp32"),        # activation dtype follows the fp32 weight
 ])
 def test_te_adapter_against_standin_passes(case):
-    impl = te_adapter.implementation(te_ops=STANDIN)
+    impl, = te_adapter.implementations(te_ops=STANDIN)
     module = impl.factory(case.hidden, eps=case.eps, zero_centered_gamma=case.zero_centered_gamma,
                           dtype=getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[case.weight_dtype]),
                           device="cpu")
@@ -358,7 +360,7 @@ def test_te_adapter_against_standin_passes(case):
 
 def test_te_adapter_without_silugate():
     ns = types.SimpleNamespace(RMSNorm=_RMSNorm, Sequential=_Sequential)
-    impl = te_adapter.implementation(te_ops=ns)
+    impl, = te_adapter.implementations(te_ops=ns)
     assert impl.unavailable == "transformer_engine has no SiLUGate"
     assert impl.skip_reason("cuda") == "unavailable: transformer_engine has no SiLUGate"
 
@@ -405,7 +407,7 @@ def test_torch_compile_realises_the_fused_model(tmp_path):
     impl raises Dynamo's recompile limit: at the default 8, later shapes silently ran eager."""
     import torch._dynamo.config as dcfg
     impl = registry.resolve("torch-compile")
-    assert impl.rounding == "fused"
+    assert impl.rounding.name == "fused"
     for case in CPU_CASES[:2]:
         rows = rows_for(impl, case, tmp_path)
         bad = [(r["output"], r["reference"], r["reason"]) for r in rows if r["status"] != "pass"]
@@ -414,7 +416,48 @@ def test_torch_compile_realises_the_fused_model(tmp_path):
 
 
 def test_builtin_names_resolve():
-    for name in registry.BUILTIN_NAMES:
-        assert registry.resolve(name).name == name
-    for name in registry.CPU_BUILTINS:
+    found = registry.builtins()
+    assert {"torch", "torch-fused", "torch-xhat", "torch-compile", "torch-compile-emulate", "fla", "te"} <= set(found)
+    for name in found:
+        assert registry.resolve(name).name == name and registry.resolve(name).spec == name
+    for name in ("torch", "torch-fused", "torch-xhat", "torch-compile", "torch-compile-emulate"):
         assert registry.resolve(name).unavailable is None
+
+
+# ---------------------------------------------------------------- op variants and skips
+
+VARIANT_BODY = """
+from harness.impls.torch_ref import chain
+def plain(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    return chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
+def grouped(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None):
+    return chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device,
+                 group_size=group_size)
+def picky(hidden_size, *, eps, zero_centered_gamma, dtype, device, **variants):
+    return chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device,
+                 **variants)
+picky.supports = lambda case: "no zero-centred gamma" if case.zero_centered_gamma else None
+def declines(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    import harness
+    raise harness.Unsupported("hidden sizes above 16 only")
+"""
+
+
+def test_variant_kwargs_only_where_needed_and_skips(tmp_path, monkeypatch):
+    mod = write_module(tmp_path, monkeypatch, VARIANT_BODY)
+    plain, grouped, picky, declines = (registry.resolve(f"{n}={mod}:{n}") for n in ("plain", "grouped", "picky", "declines"))
+    assert plain.variants == frozenset() and grouped.variants == {"group_size"}
+    assert picky.variants == {"group_size", "norm_before_gate"}
+    base, g8, first = make_case(shape=(4, 32)), make_case(shape=(4, 32), group_size=8), \
+        make_case(shape=(4, 32), norm_before_gate=False)
+    assert {r["status"] for r in rows_for(plain, base)} == {"pass"}                 # no variant kwargs passed
+    skipped = rows_for(plain, g8)
+    assert {r["status"] for r in skipped} == {"skip"} and "group_size" in skipped[0]["reason"]
+    assert {r["status"] for r in rows_for(grouped, g8)} == {"pass"}
+    assert "norm_before_gate" in rows_for(grouped, first)[0]["reason"]
+    assert {r["status"] for r in rows_for(picky, first)} == {"pass"}
+    zc = rows_for(picky, make_case(shape=(4, 32), zero_centered_gamma=True))
+    assert {r["status"] for r in zc} == {"skip"} and zc[0]["reason"] == "no zero-centred gamma"
+    dec = rows_for(declines, base)
+    assert {r["status"] for r in dec} == {"skip"} and dec[0]["reason"] == "hidden sizes above 16 only"
+    assert len(dec) == 8 and all(r["replay"] for r in dec)

@@ -1,4 +1,6 @@
-"""Element errors and their reduction (harness/analysis/metrics.py) on hand-computed cases."""
+"""The metrics (harness/references/metrics/) and their reduction on hand-computed cases; compare's
+verdict on special values; a toy metric registered at run time flows through budgets, the gate,
+the summary and replay."""
 from __future__ import annotations
 
 import math
@@ -6,8 +8,17 @@ import math
 import pytest
 import torch
 
-from harness.analysis.metrics import ElementErrors, element_errors, reduce
+from types import SimpleNamespace
+
+from harness.analysis.compare import compare
 from harness.references.formats import fmt_of
+from harness.references.metrics import Metric, distance, reduce, registry
+
+
+def element_errors(c, lo, hi, gauge, fmt):
+    d = distance(c, lo, hi, gauge, fmt)
+    e = {name: m.errors(d) for name, m in registry().items()}
+    return SimpleNamespace(ulp=e["ulp"], scaled=e["scaled"], abs=e["abs"], rel=e["rel"], ref=d.ref)
 
 INF = math.inf
 NAN = math.nan
@@ -146,12 +157,21 @@ def test_shapes_preserved_and_float64():
 def _ee(ulp, scaled=None):
     u = torch.tensor(ulp, dtype=torch.float64)
     s = u.clone() if scaled is None else torch.tensor(scaled, dtype=torch.float64)
-    return ElementErrors(u, s, u.clone(), u.clone(), torch.zeros_like(u))
+    return u, {"ulp": u, "scaled": s, "abs": u.clone(), "rel": u.clone()}
+
+
+def red(e, metric, budget):
+    u, errors = e
+    d = SimpleNamespace(computed=u)
+    r = reduce(d, errors, metric, budget)
+    return SimpleNamespace(worst_index=r.worst_index, worst_flat=r.worst_flat, worst_metric=r.worst_value,
+                           count_over=r.count_over, max_ulp=r.maxima["ulp"], mean_ulp=r.means["ulp"],
+                           p99_ulp=r.p99_ulp)
 
 
 def test_reduce_worst_index_and_counts():
     e = _ee([[0.1, 0.2, 0.0], [0.3, 0.9, 0.6]])
-    r = reduce(e, "ulp", 0.5)
+    r = red(e, "ulp", 0.5)
     assert r.worst_index == (1, 1) and r.worst_flat == 4 and r.worst_metric == 0.9
     assert r.count_over == 2
     assert r.max_ulp == 0.9
@@ -160,29 +180,29 @@ def test_reduce_worst_index_and_counts():
 
 def test_reduce_uses_the_budget_metric_for_the_worst():
     e = _ee([[5.0, 0.0]], scaled=[[0.0, 3.0]])
-    r = reduce(e, "scaled", 1.0)
+    r = red(e, "scaled", 1.0)
     assert r.worst_index == (0, 1) and r.worst_metric == 3.0 and r.count_over == 1
-    r = reduce(e, "ulp", 1.0)
+    r = red(e, "ulp", 1.0)
     assert r.worst_index == (0, 0) and r.worst_metric == 5.0 and r.count_over == 1
 
 
 def test_reduce_nan_never_passes():
     e = _ee([0.1, NAN, 0.2])
-    r = reduce(e, "ulp", 1000.0)
+    r = red(e, "ulp", 1000.0)
     assert r.count_over == 1
     assert r.worst_flat == 1 and r.worst_index == (1,)
     assert r.worst_metric == INF
 
 
 def test_reduce_inf_counts_over():
-    r = reduce(_ee([0.0, INF]), "ulp", 1e300)
+    r = red(_ee([0.0, INF]), "ulp", 1e300)
     assert r.count_over == 1 and r.worst_flat == 1 and r.max_ulp == INF
 
 
 def test_reduce_empty_and_scalar():
-    r = reduce(_ee([]), "ulp", 1.0)
+    r = red(_ee([]), "ulp", 1.0)
     assert r.count_over == 0 and r.worst_index == ()
-    r = reduce(_ee(0.7), "ulp", 0.5)
+    r = red(_ee(0.7), "ulp", 0.5)
     assert r.count_over == 1 and r.worst_index == () and r.max_ulp == 0.7 and r.p99_ulp == 0.7
 
 
@@ -190,6 +210,56 @@ def test_end_to_end_nan_in_computed_counts_over():
     f = fmt_of("bf16")
     c = torch.tensor([1.0, NAN], dtype=torch.bfloat16)
     ref = torch.tensor([1.0, 2.0], dtype=torch.float64)
-    e = element_errors(c, ref, ref, ref, f)
-    r = reduce(e, "ulp", 0.5)
-    assert r.count_over == 1 and r.worst_flat == 1 and math.isinf(r.worst_metric)
+    r = compare(c, ref, ref, ref, f, "ulp", 0.5)
+    assert r.reduced.count_over == 1 and r.reduced.worst_flat == 1 and math.isinf(r.reduced.worst_value)
+    assert r.status == "fail"
+
+
+def test_nan_against_a_nan_reference_never_passes():
+    """The metrics score NaN vs NaN 0 (the values agree), but compare fails any NaN reference."""
+    f = fmt_of("bf16")
+    c = torch.tensor([1.0, NAN], dtype=torch.bfloat16)
+    ref = torch.tensor([1.0, NAN], dtype=torch.float64)
+    r = compare(c, ref, ref, ref.abs(), f, "ulp", 0.5, "y")
+    assert r.errors["ulp"].tolist() == [0.0, 0.0]
+    assert r.status == "fail" and "NaN" in r.reason and "[1]" in r.reason
+
+
+def test_non_finite_output_fails_where_the_reference_is_finite():
+    f = fmt_of("fp16")
+    c = torch.tensor([1.0, INF], dtype=torch.float16)
+    ref = torch.tensor([1.0, 70000.0], dtype=torch.float64)         # rounds to inf in fp16: legitimate
+    assert compare(c, ref, ref, ref, f, "ulp", 0.5).status == "pass"
+    ref2 = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    r = compare(c, ref2, ref2, ref2, f, "ulp", 1e30)
+    assert r.status == "fail" and "non-finite" in r.reason
+
+
+def test_a_registered_metric_is_computed_gated_summarised_and_replayed(tmp_path):
+    """A new metric is one registration: every check computes it, a budget file can gate it, the
+    summary and replay show it."""
+    from harness.api import verify
+    from harness.budgets import load_budget_file
+    from harness.cases.suite import load_suite
+    from harness.impls.registry import resolve
+    from harness.references import metrics
+    from harness.replay import format_replay, run_case
+    from harness.reports.summary import summarize
+    toy = metrics.register(Metric("toy", "max_toy_err", None, 0.0, lambda d: 2 * d.dist, "2 |c - ref|"))
+    try:
+        budgets = tmp_path / "b.csv"
+        budgets.write_text("impl,rounding,dtype,output,reference,regime,metric,budget\n*,*,*,y,model,*,toy,0\n")
+        suite = tmp_path / "s.toml"
+        suite.write_text('[[case]]\ndtype = "bf16"\nshape = [4, 16]\n')
+        r = verify("torch-fused", cases=str(suite), device="cpu", budgets=str(budgets), isolate="inline",
+                   repeats=0)
+        y = r.frame[(r.frame["output"] == "y") & r.frame["reference"].str.startswith("model")].iloc[0]
+        assert y["budget_metric"] == "toy" and y["max_toy_err"] > 0 and y["status"] == "fail"
+        s = summarize(r.frame)
+        row = s[(s["output"] == "y") & s["reference"].str.startswith("model")].iloc[0]
+        assert row["metric"] == "toy" and row["worst"] == y["max_toy_err"]
+        case = load_suite(str(suite)).cases[0]
+        text = format_replay(run_case(case, resolve("torch-fused"), "cpu", 1, load_budget_file(str(budgets))))
+        assert "toy=" in text
+    finally:
+        metrics._REGISTRY.pop(toy.name)

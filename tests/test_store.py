@@ -74,13 +74,13 @@ def test_round_trip(tmp_path):
 
 def test_round_trip_keeps_mpmath_decided_goldens(tmp_path):
     inp = _midpoint_inputs()
-    refs = cached_build(inp, {"case": "midpoint"}, tmp_path, formats=[("n", fmt_of("bf16")),
-                                                                     ("dgate", fmt_of("bf16"))])
-    assert refs.golden["n:bf16"].flagged >= 1 and refs.golden["n:bf16"].certified >= 1
+    refs = cached_build(inp, {"case": "midpoint"}, tmp_path, formats=[("dgate", fmt_of("bf16"))])
+    # gate 0: dgate = dy n / 2, so dgate[0] = n[0] / 2 is a bf16 midpoint too
+    assert refs.golden["dgate:bf16"].flagged >= 1 and refs.golden["dgate:bf16"].certified >= 1
     back = load(tmp_path, key_for(inp, {"case": "midpoint"}), inp)
     assert back is not None
     assert_same_refs(refs, back)
-    assert back.golden["n:bf16"].golden[0].item() == 0.75 + 2 * 2 ** -8  # 193.5 q -> 194 q (even)
+    assert back.golden["dgate:bf16"].golden[0].item() == (0.75 + 2 * 2 ** -8) / 2   # 193.5 q -> 194 q (even)
 
 
 def test_metadata_present(tmp_path):
@@ -98,7 +98,7 @@ def test_metadata_present(tmp_path):
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", meta["created"])
     assert re.fullmatch(r"[0-9a-f]{64}", meta["checksum"])
     assert set(meta["golden"]) == {"y:bf16", "dx:bf16", "dgate:fp32", "dweight:bf16"}
-    for q in ("y", "dx", "dgate", "dweight", "n", "dn"):
+    for q in ("y", "dx", "dgate", "dweight"):
         assert f"value.{q}" in names and f"gauge.{q}" in names
 
 
@@ -308,37 +308,16 @@ def test_never_unpickles():
 def test_runner_uses_store(tmp_path):
     from harness.cases.suite import load_suite
     from harness.impls.registry import resolve
-    from harness.runner import SweepConfig, case_rows
+    from harness.pair import PairRunner, Settings
 
     cases = sorted(load_suite("quick").cases, key=lambda c: (c.gate_dtype == c.dtype, c.tokens * c.hidden))[:1]
     impl = resolve("torch")
-    cfg = SweepConfig([impl], cases, "cpu", tmp_path / "out", golden_dir=tmp_path / "golden")
-    plain = SweepConfig([impl], cases, "cpu", tmp_path / "out2")
-    rows = case_rows(cases[0], cfg, [impl])[0]
+    strip = lambda rs: [sorted((k, repr(v)) for k, v in r.items() if k not in ("pair_seconds", "impl_seconds"))
+                        for r in rs]   # NaN-safe; times differ
+    rows = PairRunner(Settings("cpu", golden_dir=tmp_path / "golden", repeats=0)).run(cases[0], impl)[0]
     files = list((tmp_path / "golden").glob("*.npz"))
     assert len(files) == 1
-    rows2 = case_rows(cases[0], cfg, [impl])[0]          # second time: from the store
-    rows3 = case_rows(cases[0], plain, [impl])[0]
-    strip = lambda rs: [sorted((k, repr(v)) for k, v in r.items()) for r in rs]   # NaN-safe
+    rows2 = PairRunner(Settings("cpu", golden_dir=tmp_path / "golden", repeats=0)).run(cases[0], impl)[0]
+    rows3 = PairRunner(Settings("cpu", repeats=0)).run(cases[0], impl)[0]
     assert all(r["status"] == "pass" for r in rows), [r.get("reason") for r in rows]
     assert strip(rows) == strip(rows2) == strip(rows3)
-
-
-def test_refs_to_moves_the_pending_entries_of_derived_dicts():
-    """The fused reference leaves n, dn and some gauges to be computed on first use
-    (exact.Derived); a copy to another device must carry them, computed."""
-    from harness.references.bundle import CaseReferences
-    from harness.references.exact import Derived, exact_outputs
-    from harness.references.store import refs_to
-    from tests.conftest import make_inputs
-    inp = make_inputs((2, 8))
-    v, g = exact_outputs(inp)
-    values = Derived({k: v[k] for k in ("y", "dx", "dgate", "dweight")}, n=lambda: v["n"], dn=lambda: v["dn"])
-    gauges = Derived({k: g[k] for k in ("dx", "dgate", "dweight")}, y=lambda: values["y"].abs(),
-                     n=lambda: g["n"], dn=lambda: g["dn"])
-    assert values.pending() == ("n", "dn")
-    moved = refs_to(CaseReferences(inp, values, gauges), "cpu")
-    assert set(moved.values) == set(v) and set(moved.gauges) == set(g)
-    assert torch.equal(moved.gauges["y"], v["y"].abs()) and torch.equal(moved.values["dn"], v["dn"])
-    with pytest.raises(KeyError):
-        values["nope"]

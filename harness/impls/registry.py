@@ -8,6 +8,7 @@ import importlib.metadata
 import pkgutil
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from harness import impls as _package
@@ -27,7 +28,7 @@ def builtins() -> dict[str, Implementation]:
         for m in sorted(pkgutil.iter_modules(_package.__path__), key=lambda m: m.name):
             module = importlib.import_module(f"{_package.__name__}.{m.name}")
             for impl in getattr(module, "implementations", lambda: [])():
-                _BUILTINS[impl.name] = impl
+                _BUILTINS[impl.name] = replace(impl, spec=impl.name)      # a worker resolves it by name
     return dict(_BUILTINS)
 
 

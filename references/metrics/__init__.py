@@ -118,6 +118,7 @@ class Reduced:
 def reduce(d: Distance, errors: dict[str, torch.Tensor], gated: str, budget: float) -> Reduced:
     """Maxima and means of every metric's errors; the worst element is the one worst in `gated`."""
     m = errors[gated].reshape(-1)
+    m = torch.where(torch.isnan(m), torch.full_like(m, math.inf), m)      # NaN is never within budget
     if m.numel() == 0:
         return Reduced({k: 0.0 for k in errors}, {k: 0.0 for k in errors}, 0.0, 0, (), 0, 0.0)
     worst = int(torch.argmax(m))

@@ -1,0 +1,149 @@
+"""Rounding models as data: the interval arithmetic, the model references derived from the points
+(against eager implementations of each model, in both orders, with groups), resolving declarations."""
+import itertools
+
+import pytest
+import torch
+
+from harness.analysis.compare import compare
+from harness.impls.torch_ref import GatedRMSNorm
+from harness.references.errors import UsageError
+from harness.references.exact import Inputs, exact_outputs
+from harness.references.formats import fmt_of, round_to
+from harness.references.intervals import Interval
+from harness.references.models import POINTS, RoundingModel, builtin_models, promoted_format, register, resolve
+from harness.references.models.reference import exact_allowance, model_reference
+from tests.conftest import make_inputs
+
+
+def iv(lo, hi):
+    lo, hi = torch.tensor(lo, dtype=torch.float64), torch.tensor(hi, dtype=torch.float64)
+    return Interval(lo, hi, lo, hi, torch.maximum(lo.abs(), hi.abs()))
+
+
+def test_interval_arithmetic_hulls():
+    a, b = iv([1.0, -2.0], [2.0, 3.0]), iv([-1.0, 4.0], [3.0, 5.0])
+    s, d, p = a + b, a - b, a * b
+    assert s.lo.tolist() == [0.0, 2.0] and s.hi.tolist() == [5.0, 8.0]
+    assert d.lo.tolist() == [-2.0, -7.0] and d.hi.tolist() == [3.0, -1.0]
+    assert p.lo.tolist() == [-2.0, -10.0] and p.hi.tolist() == [6.0, 15.0]
+    sq = iv([-2.0, 1.0], [3.0, 2.0]).square()
+    assert sq.lo.tolist() == [0.0, 1.0] and sq.hi.tolist() == [9.0, 4.0]
+    e = Interval.exact(torch.tensor([2.0]))
+    assert (e * e).is_exact and (e + 1).is_exact and (e * 3.0).is_exact and not (e * a).is_exact
+
+
+def test_interval_rounding_keeps_every_candidate():
+    bf16 = fmt_of("bf16")
+    mid = 1 + 2 ** -8                                   # halfway between 1 and 1 + 2**-7 in bf16
+    r = iv([mid - 1e-9], [mid + 1e-9]).rounded(lambda z: round_to(z, bf16))
+    assert r.alo.item() == 1.0 and r.ahi.item() == 1 + 2 ** -7
+    w = iv([1.0], [1.0]).widen(torch.tensor([0.5]))
+    assert w.lo.item() == 0.5 and w.hi.item() == 1.5 and w.alo.item() == 1.0
+
+
+def test_chain_interval_holds_both_candidates_near_a_boundary():
+    # x = [3, 4], eps = 3.5 -> xhat = [0.75, 1]; g = 1 + 2**-7 puts n = 0.75 + 3*2**-9 on a bf16
+    # midpoint: float32 noise can land either side, so both neighbours are legitimate.
+    g = 1 + 2 ** -7
+    inp = Inputs(torch.tensor([3.0, 4.0]), torch.tensor([1.0, 1.0]), torch.tensor([g, 1.0]),
+                 torch.ones(2), 3.5, False)
+    n_lo, n_hi, _ = model_reference(inp, "chain", fmt_of("bf16"))["mid"]
+    assert n_lo[0].item() == 0.75 + 2 ** -8 and n_hi[0].item() == 0.75 + 2 * 2 ** -8
+    assert n_lo[1].item() == n_hi[1].item() == 1.0
+
+
+def run_eager(inp: Inputs, points) -> dict:
+    dt = inp.x.dtype
+    m = GatedRMSNorm(inp.hidden, eps=inp.eps, zero_centered_gamma=inp.zero_centered_gamma, dtype=inp.weight.dtype,
+                     device="cpu", points=frozenset(points), group_size=inp.group_size,
+                     norm_before_gate=inp.norm_before_gate)
+    with torch.no_grad():
+        m.weight.copy_(inp.weight)
+    x = inp.x.clone().requires_grad_(True)
+    t = inp.gate.clone().requires_grad_(True)
+    y = m(x, t)
+    y.backward(inp.dy.to(y.dtype))
+    assert y.dtype == dt
+    return {"y": y.detach(), "dx": x.grad, "dgate": t.grad, "dweight": m.weight.grad}
+
+
+MODELS = {"chain": {"mid"}, "fused": set(), "xhat": {"xhat"}}
+CASES = list(itertools.product(["bf16", "fp16"], [True, False], [None, 16], [False, True]))
+
+
+@pytest.mark.parametrize("dtype,nbg,group,zc", CASES)
+def test_each_model_holds_its_eager_implementation_and_not_the_others(dtype, nbg, group, zc):
+    """Every output of the eager implementation of a model lies within half an ULP of that model's
+    interval (its one final rounding), in both orders and with groups; each other model's interval
+    excludes it somewhere (y or dgate), so the models are told apart."""
+    fmt = fmt_of(dtype)
+    base = make_inputs((64, 64), fmt.dtype, zc=zc, seed=11)
+    inp = Inputs(base.x, base.gate, base.weight, base.dy, 1e-5, zc, group, nbg)
+    outs = {name: run_eager(inp, pts) for name, pts in MODELS.items()}
+    for name in MODELS:
+        ref = model_reference(inp, name, fmt)
+        for out in ("y", "dx", "dgate", "dweight"):
+            lo, hi, g = ref[out]
+            c = compare(outs[name][out], lo, hi, g, fmt, "ulp", 0.5)
+            assert c.status == "pass", (name, out, c.reason)
+        for other in MODELS:
+            if other == name:
+                continue
+            worst = max(compare(outs[other][o], *ref[o], fmt, "ulp", 0.5).reduced.worst_value for o in ("y", "dgate"))
+            assert worst > 0.5, (other, "passes as", name)
+
+
+def test_exact_allowance_is_only_absolute():
+    """Away from underflow the allowance around the exact value is ~0 (the relative terms are the
+    budgets'); with gates that flush SiLU it covers the whole value."""
+    inp = make_inputs((8, 32), torch.bfloat16, seed=1)
+    v, _ = exact_outputs(inp)
+    lo, hi = exact_allowance(inp, "chain", fmt_of("bf16"))["y"]
+    assert torch.all(hi - v["y"] <= 1e-30) and torch.all(v["y"] - lo <= 1e-30)
+    flush = make_inputs((2, 8), torch.float32, gate_scale=0.0, gate_shift=-95.0)
+    v2, _ = exact_outputs(flush)
+    lo2, hi2 = exact_allowance(flush, "fused", fmt_of("fp32"))["y"]
+    assert torch.all((lo2 <= 0) & (hi2 >= 0))                      # -0 is legitimate there
+    assert torch.all(hi2 - lo2 >= v2["y"].abs())
+
+
+def test_resolve_names_points_and_sets():
+    assert resolve("chain").points == frozenset({"mid"})
+    assert resolve(("mid",)).name == "chain"                       # a built-in's points: that built-in
+    assert resolve("xhat").name == "xhat" and resolve([]).name == "fused"
+    both = resolve(("xhat", "mid"))
+    assert both.name == "mid+xhat" and both.points == frozenset(POINTS)
+    for bad in ("chian", ("mid", "nope"), 3):
+        with pytest.raises(UsageError):
+            resolve(bad)
+    assert set(builtin_models()) >= {"chain", "fused", "xhat"}
+
+
+def test_a_declared_set_of_points_needs_no_code():
+    """A model no file names ({mid, xhat}) gets a reference and budget terms from its points alone."""
+    inp = make_inputs((16, 32), torch.bfloat16, seed=3)
+    fmt = fmt_of("bf16")
+    both = model_reference(inp, ("mid", "xhat"), fmt)
+    outs = run_eager(inp, {"mid", "xhat"})
+    for out in ("y", "dx", "dgate", "dweight"):
+        assert compare(outs[out], *both[out], fmt, "ulp", 0.5).status == "pass", out
+    m = resolve(("mid", "xhat"))
+    assert m.relative_terms("y", True, fmt, fmt) == pytest.approx(3 * fmt.u)
+
+
+def test_a_new_named_model_is_one_registration():
+    toy = register(RoundingModel("toy-both", frozenset({"mid", "xhat"}), "test"))
+    try:
+        assert resolve("toy-both") is toy
+        inp = make_inputs((4, 16), torch.float16, seed=2)
+        assert set(model_reference(inp, "toy-both", fmt_of("fp16"))) >= {"y", "dx", "dgate", "dweight"}
+    finally:
+        from harness.references import models
+        models._REGISTRY.pop("toy-both")
+
+
+def test_promoted_format():
+    bf16, fp16, fp32 = fmt_of("bf16"), fmt_of("fp16"), fmt_of("fp32")
+    assert promoted_format(bf16, bf16) is bf16
+    assert promoted_format(fp32, bf16).name == "fp32" and promoted_format(fp16, bf16).name == "fp32"
