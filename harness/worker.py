@@ -60,8 +60,11 @@ class Worker:
         parent, child = socket.socketpair()
         env = dict(os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # the worker imports what this process can (a factory pytest imported from a test folder
+        # that is on sys.path only here): multiprocessing's spawn hands sys.path over the same way
+        env["PYTHONPATH"] = os.pathsep.join([p or os.getcwd() for p in sys.path])
         self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(child.fileno()), str(os.getpid())],
-                                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=sys.stderr,
+                                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=2,
                                      env=env, start_new_session=True)
         child.close()
         self.conn = Connection(parent.detach())
@@ -137,6 +140,10 @@ def main(fd: int, parent: int) -> int:
             msg = conn.recv()
         except EOFError:
             return 0
+        except Exception:                        # a message this process cannot unpickle
+            conn.send(("crash", "the worker could not load the pair: " +
+                       traceback.format_exc(limit=2).strip().splitlines()[-1]))
+            continue
         if msg[0] == "exit":
             return 0
         if msg[0] == "settings":

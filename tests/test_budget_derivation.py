@@ -6,8 +6,10 @@ import torch
 import torch.nn.functional as F
 
 from harness.budgets import default_budget
-from harness.references.exact import Inputs, silu_parts
+from harness.references.closed_forms import silu_terms
+from harness.references.exact import FLOAT64, Gauged
 from harness.references.formats import fmt_of, ulp
+from harness.references.models import resolve
 
 BF16 = fmt_of("bf16")
 
@@ -27,13 +29,13 @@ def test_y_budget_holds_and_is_attained_by_brute_force():
     n = torch.cat([_all_bf16(0.25, 4.0), -_all_bf16(0.25, 4.0)])
     g = _all_bf16(-16.0, 16.0)
     nn_, gg = torch.meshgrid(n, g, indexing="ij")
-    _, silu, _, _ = silu_parts(gg.double())
+    t = gg.double()
+    silu = silu_terms(Gauged(t, t.abs()), FLOAT64)[0].v
     exact = nn_.double() * silu
     y = (nn_.float() * F.silu(gg.float())).to(torch.bfloat16)
     err = _ulp_error(y, exact)
     # the model budget for y with n given exactly: one final rounding plus float32 noise
-    inp = Inputs(nn_, gg, torch.ones(nn_.shape[-1], dtype=torch.bfloat16), nn_, 1e-5, False)
-    budget = default_budget("y", "model", "chain", BF16, BF16, inp).value
+    budget = default_budget("y", "model", resolve("chain"), BF16, BF16, BF16, nn_.shape[-1], nn_.shape[0], True).value
     noise = 8 * 2.0 ** -24 / BF16.u
     assert err.numel() > 1_000_000
     assert float(err.max()) <= 0.5 + noise

@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.analysis.check import _hex
 from harness.cli import main
+from harness.references.formats import bits_hex as _hex
 from harness.references.formats import fmt_of
 
-# A plug-in with a precision bug: SiLU evaluated in bf16 (the class is a valid factory).
-BUG = "bug=harness.mutants:SiluInBf16"
+# A plug-in with a precision bug: SiLU evaluated in bf16.
+BUG = "bug=harness.mutants:silu_in_bf16"
 SUITE = """
 name = "replay"
 [[group]]
@@ -32,7 +32,7 @@ def recorded(tmp_path_factory):
     code = main(["run", "--impl", BUG, "--cases", str(suite), "--device", "cpu", "--out", str(out),
                  "--no-report"])
     assert code == 1
-    df = pd.read_csv(out / "results.csv")
+    df = pd.read_csv(out / "results.csv", dtype={"case_id": str})
     return suite, out, df
 
 
@@ -75,7 +75,7 @@ def test_replay_reproduces_worst_element_bit_for_bit(capsys, recorded, source):
         checked += 1
     assert checked == len(rows) == 8
     assert f"case {case_id}" in text
-    for k in ("exact=", "golden=", "ref=[", "ulp=", "scaled=", "gate=0x", "dy=0x"):
+    for k in ("exact=", "golden=", "ref=[", "ulp=", "scaled=", "abs=", "rel=", "gate=0x", "dy=0x"):
         assert k in text
 
 
@@ -86,11 +86,24 @@ def test_replay_structured_matches_recorded(recorded):
     row = df[(df["status"] == "fail") & (df["output"] == "y")].iloc[0]
     case = find_case(row["case_id"], str(out))
     r = run_case(case, resolve(BUG), "cpu", top=1)
-    c = next(c for c in r.checks if c.row["output"] == "y" and c.row["reference"] == row["reference"])
-    assert ",".join(map(str, c.elements[0].index)) == str(row["worst_index"])
-    got = r.outputs["y"][c.elements[0].index]
-    assert _hex(got) == _expected_bits(row) == c.elements[0].got_hex
-    assert c.row["status"] == "fail"
+    k = next(k for k, rw in enumerate(r.rows) if rw["output"] == "y" and rw["reference"] == row["reference"])
+    e = r.elements[k][0]
+    assert ",".join(map(str, e.index)) == str(row["worst_index"])
+    assert e.got_hex == _expected_bits(row)
+    assert r.rows[k]["status"] == "fail"
+
+
+def test_replay_of_a_case_given_as_json(capsys, recorded):
+    """Cases from no suite (hypothesis, a list given to harness.verify) replay from their JSON."""
+    import json
+    from harness.replay import find_case
+    suite, out, df = recorded
+    case = find_case(df["case_id"].iloc[0], str(suite))
+    text = json.dumps(case.params())
+    assert main(["replay", case.case_id, "--impl", "torch", "--case", text, "--device", "cpu", "--top", "0"]) == 0
+    assert main(["replay", "0" * 12, "--impl", "torch", "--case", text]) == 2
+    assert main(["replay", case.case_id, "--impl", "torch", "--case", "{not json"]) == 2
+    assert "hash" in capsys.readouterr().err
 
 
 def test_replay_out_writes_results(tmp_path, capsys, recorded):
@@ -99,7 +112,7 @@ def test_replay_out_writes_results(tmp_path, capsys, recorded):
     code = main(["replay", cid, "--impl", "torch", "--cases", str(suite), "--device", "cpu",
                  "--out", str(tmp_path / "r"), "--top", "1"])
     assert code == 0
-    got = pd.read_csv(tmp_path / "r" / "results.csv")
+    got = pd.read_csv(tmp_path / "r" / "results.csv", dtype={"case_id": str})
     assert len(got) == 8 and set(got["status"]) == {"pass"} and set(got["case_id"]) == {cid}
 
 
