@@ -9,7 +9,7 @@ from harness.references.errors import UsageError
 
 
 def cmd_explore(args) -> int:
-    from harness.commands.run import finish
+    from harness.commands.common import finish
     from harness.explore import explore, format_exploration
     from harness.reports.rundir import RunDir
     ignored = [f for f, v in (("--resume", args.resume), ("--shard", args.shard), ("--jobs", args.jobs > 1),

@@ -38,7 +38,7 @@ def check_coverage(df: pd.DataFrame, suite_ref: str) -> None:
 
 
 def cmd_merge(args) -> int:
-    from harness.commands.run import finish
+    from harness.commands.common import finish
     frames = []
     for d in args.dirs:
         rd = RunDir(d)

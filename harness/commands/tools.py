@@ -11,7 +11,7 @@ from harness.references.errors import UsageError
 def cmd_replay(args) -> int:
     from harness.replay import format_counts, format_replay, replay, write_replay_results
     if args.out:
-        from harness.commands.run import check_output_file
+        from harness.commands.common import check_output_file
         if Path(args.out).is_file():
             raise UsageError(f"--out {args.out}: is a file, expected a directory")
         check_output_file("--out", str(Path(args.out) / "results.csv"))

@@ -1,0 +1,73 @@
+"""What several subcommands share: parsing --shard and --gpus, checking an output file's path before
+the work, and finishing a sweep (summary, verdict, files, exit code)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.api import Results
+from harness.environment import environment
+from harness.references.errors import UsageError
+from harness.reports.summary import summary_table
+
+
+def parse_shard(s: str | None) -> tuple[int, int] | None:
+    if not s:
+        return None
+    try:
+        k, n = (int(v) for v in s.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {s!r}: expected K/N, e.g. 1/4") from None
+    if not (n >= 1 and 1 <= k <= n):
+        raise UsageError(f"--shard {s!r}: need 1 <= K <= N")
+    return k, n
+
+
+def parse_gpus(s: str | None) -> tuple[int, ...]:
+    if not s:
+        return ()
+    try:
+        gpus = tuple(int(v) for v in s.split(","))
+    except ValueError:
+        raise UsageError(f"--gpus {s!r}: expected GPU indices, e.g. 0,1") from None
+    if any(g < 0 for g in gpus):
+        raise UsageError(f"--gpus {s!r}: indices are >= 0")
+    return gpus
+
+
+def check_output_file(flag: str, path: str | None) -> None:
+    """An output file's path must be writable before the work starts (not a directory)."""
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory, expected a file path")
+    if not p.parent.exists():
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"{flag} {path}: cannot create its directory ({e.strerror or e})") from None
+
+
+def timing_line(timings: dict[str, float], impl_names: list[str]) -> str:
+    impl = {n: timings.get(f"impl:{n}", 0.0) for n in impl_names}
+    return ("harness: time " + ", ".join([
+        f"{timings.get('wall', 0.0):.1f} s", f"references {timings.get('references', 0.0):.1f} s",
+        f"implementations {sum(impl.values()):.1f} s (" + ", ".join(f"{n} {t:.1f}" for n, t in impl.items()) + ")",
+        f"analysis {timings.get('analysis', 0.0):.1f} s (mpmath {timings.get('mpmath', 0.0):.1f} s)"])
+        + (f", {int(timings.get('jobs', 1))} workers" if timings.get("jobs", 1) > 1 else ""))
+
+
+def finish(results: Results, out: Path, device: str, impls, title: str, junit: str | None, no_report: bool,
+           backend: str = "auto") -> int:
+    """Print the summary and verdict, write summary.csv, report.html and JUnit; the exit code."""
+    results.title, results.env = title, environment(device, impls, backend)
+    if results.timings:
+        results.env["time"] = timing_line(results.timings, [i.name for i in impls]).removeprefix("harness: time ")
+    print(summary_table(results.frame))
+    for line in results.verdict_lines():
+        print(line)
+    written = results.write(out, report=not no_report)
+    if junit:
+        written.append(results.write_junit(junit))
+    print("harness: wrote " + ", ".join(str(p) for p in written))
+    return results.exit_code
