@@ -1,0 +1,88 @@
+"""Spreading a sweep: --jobs N workers each pinned to a GPU of --gpus (simulated: the workers report
+the CUDA_VISIBLE_DEVICES they were given), and multi-host shards (--shard K/N) that `harness merge`
+combines only when they cover the suite exactly once, from one harness version and suite."""
+from __future__ import annotations
+
+import textwrap
+
+import pandas as pd
+import pytest
+
+from harness.cli import main
+from harness.runner import worker_env
+
+SUITE = """
+[[group]]
+dtype = ["bf16", "fp16"]
+shape = [[4, 16], [4, 24], [2, 32]]
+"""
+
+PROBE = '''
+import os
+import harness
+def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    raise harness.Unsupported("gpu=" + os.environ.get("CUDA_VISIBLE_DEVICES", "-") + " pid=" + str(os.getpid()))
+'''
+
+
+@pytest.fixture
+def suite(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text(SUITE)
+    return str(f)
+
+
+def test_worker_env_pins_one_gpu():
+    assert worker_env(1, 4, 3)["CUDA_VISIBLE_DEVICES"] == "3"
+    assert worker_env(2, 4, None).get("OMP_NUM_THREADS") == "2"
+
+
+def test_jobs_spread_over_the_gpus_by_compile_key(tmp_path, monkeypatch, suite):
+    (tmp_path / "probe_mod.py").write_text(textwrap.dedent(PROBE))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    assert main(["run", "--impl", "probe=probe_mod:make", "--cases", suite, "--device", "cpu", "--jobs", "2",
+                 "--gpus", "0,1", "--out", str(out), "--no-report"]) == 0          # only skips: exit 0
+    df = pd.read_csv(out / "results.csv", dtype={"case_id": str})
+    assert set(df["status"]) == {"skip"} and df["case_id"].nunique() == 6
+    where = df.drop_duplicates("case_id").assign(
+        gpu=lambda d: d["reason"].str.extract(r"gpu=(\d)")[0], pid=lambda d: d["reason"].str.extract(r"pid=(\d+)")[0],
+        key=lambda d: d["hidden"].astype(str) + d["dtype"])
+    assert set(where["gpu"]) == {"0", "1"} and where["pid"].nunique() == 2        # two workers, two GPUs
+    assert (where.groupby("key")["gpu"].nunique() == 1).all()                    # a compile key on one worker
+    assert (where.groupby("gpu")["pid"].nunique() == 1).all()
+
+
+def test_gpus_flag_is_checked(suite, capsys):
+    assert main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--gpus", "0,x"]) == 2
+    assert "--gpus" in capsys.readouterr().err
+
+
+def run_shard(suite, out, k, n):
+    return main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--shard", f"{k}/{n}",
+                 "--shard-by", "shape", "--out", str(out), "--no-report", "--repeats", "0"])
+
+
+def test_merge_checks_coverage(tmp_path, suite, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_shard(suite, a, 1, 2) == 0 and run_shard(suite, b, 2, 2) == 0
+    merged = tmp_path / "m"
+    assert main(["merge", str(a), str(b), "--out", str(merged), "--cases", suite]) == 0
+    df = pd.read_csv(merged / "results.csv", dtype={"case_id": str})
+    assert df["case_id"].nunique() == 6 and len(df) == 6 * 8
+    capsys.readouterr()
+    assert main(["merge", str(a), "--out", str(tmp_path / "m2"), "--cases", suite]) == 2     # a shard missing
+    assert "missing" in capsys.readouterr().err
+    assert main(["merge", str(a), str(a), "--out", str(tmp_path / "m3")]) == 2                # twice
+    assert "more than one input" in capsys.readouterr().err
+    other = tmp_path / "o.toml"
+    other.write_text(SUITE)
+    c = tmp_path / "c"
+    assert run_shard(str(other), c, 2, 2) == 0
+    assert main(["merge", str(a), str(c), "--out", str(tmp_path / "m4")]) == 2                # another suite
+    assert "different suites" in capsys.readouterr().err
+    bad = pd.read_csv(b / "results.csv", dtype=str, keep_default_na=False)
+    bad["harness_version"] = "0.0.0"
+    bad.to_csv(b / "results.csv", index=False)
+    assert main(["merge", str(a), str(b), "--out", str(tmp_path / "m5")]) == 2                # another version
+    assert "harness version" in capsys.readouterr().err
