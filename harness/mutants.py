@@ -170,6 +170,31 @@ class _TreeSumInWeightDtype(torch.autograd.Function):
         return g[0], None
 
 
+class _BlockPartialsInWeightDtype(torch.autograd.Function):
+    """dweight as a blockwise reduction: float32 sums over blocks of 64 tokens, each block's partial
+    rounded to the weight's dtype, the partials summed in float32."""
+    @staticmethod
+    def forward(ctx, w, rows):
+        ctx.dtype = w.dtype
+        return w.float().expand(rows, w.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        blocks = grad.float().split(64)
+        return sum(b.sum(0).to(ctx.dtype).float() for b in blocks).to(ctx.dtype), None
+
+
+class _DweightBlockPartials(Mutant):
+    def gamma(self):
+        g = _BlockPartialsInWeightDtype.apply(self.weight, self._rows)
+        return g + 1 if self.zero_centered_gamma else g
+
+    def norm(self, u):
+        self._rows = u.numel() // u.shape[-1]
+        shape = u.shape
+        return super().norm(u.reshape(self._rows, shape[-1])).reshape(shape)
+
+
 class _DweightLowPrecisionSum(Mutant):
     def gamma(self):
         g = _TreeSumInWeightDtype.apply(self.weight, self._rows)
@@ -264,6 +289,9 @@ fla_dgate_in_x_dtype = _mutant("fla_dgate_in_x_dtype", _FlaDgateInXDtype, "dgate
 gate_cast_to_x_dtype = _mutant("gate_cast_to_x_dtype", _GateCastToXDtype, "the gate cast to x's dtype before SiLU")
 dweight_low_precision_sum = _mutant("dweight_low_precision_sum", _DweightLowPrecisionSum,
                                     "dweight summed over tokens in the weight's dtype")
+dweight_block_partials = _mutant("dweight_block_partials", _DweightBlockPartials,
+                                 "dweight's block partials (64 tokens each) rounded to the weight's dtype: "
+                                 "within 1 u gauge (the budget before issue 10), not within half an ULP")
 dweight_garbage_few_rows = _mutant("dweight_garbage_few_rows", _DweightGarbageFewRows,
                                    "dweight adds partial rows nobody wrote when there are fewer row blocks than "
                                    "SMs — flash-attention #781")
