@@ -1,0 +1,86 @@
+"""Speed beside accuracy, as a user gets it: `harness run` on bench/suites/speed.toml (8192x4096 bf16,
+both orders) for the CUDA implementations, the table of results.csv's timing columns (median warm
+forward + backward, the share of the copy-bandwidth floor) beside the worst errors; and, for each,
+a plain CUDA-event timing of the same call written here independently, which must agree within 10 %.
+
+    python3 bench/bench_speed.py [--out DIR] [--impl NAME ...]"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+IMPLS = ["torch", "torch-compile", "fla", "fla-gated", "hf-qwen3next", "hf-falconh1", "hf-mamba2", "hf-zamba2"]
+SUITE = str(Path(__file__).parent / "suites" / "speed.toml")
+
+
+def plain_timing(name: str, case, repeats: int = 20) -> float:
+    """Median of `repeats` CUDA-event timings of one forward + backward, after 3 warm-up calls."""
+    import torch
+
+    from harness.cases.generate import generate
+    from harness.impls.registry import resolve
+    impl = resolve(name)
+    inp = generate(case).to("cuda")
+    m = impl.factory(inp.hidden, eps=inp.eps, zero_centered_gamma=False, dtype=inp.weight.dtype, device="cuda",
+                     **impl.case_kwargs(case))
+    with torch.no_grad():
+        m.weight.copy_(inp.weight)
+    times = []
+    for i in range(repeats + 3):
+        x = inp.x.clone().requires_grad_(True)
+        g = inp.gate.clone().requires_grad_(True)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        m(x, g).backward(inp.dy)
+        b.record()
+        b.synchronize()
+        if i >= 3:
+            times.append(a.elapsed_time(b) / 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="out/speed")
+    ap.add_argument("--impl", action="append")
+    args = ap.parse_args()
+    impls = args.impl or IMPLS
+    cmd = [sys.executable, "-m", "harness", "run", "--cases", SUITE, "--device", "cuda", "--out", args.out,
+           "--no-report", "--repeats", "20"] + [a for i in impls for a in ("--impl", i)]
+    t0 = time.perf_counter()
+    rc = subprocess.run(cmd).returncode
+    print(f"harness run on {SUITE}: exit {rc}, {time.perf_counter() - t0:.1f} s (whole command)")
+
+    from harness.cases.suite import load_suite
+    from harness.reports.rundir import read_results
+    df = read_results(Path(args.out) / "results.csv")
+    cases = {c.case_id: c for c in load_suite(SUITE).cases}
+    print(f"{'impl':14s} {'order':10s} {'ms':>8s} {'plain ms':>9s} {'agree':>6s} {'% floor':>8s} "
+          f"{'y ULP (model)':>14s} {'worst scaled (exact)':>21s} {'repeatable':>10s}")
+    bad = 0
+    for (impl, cid), g in df.groupby(["impl", "case_id"], sort=False):
+        if (g["status"] == "skip").all():
+            continue
+        ms = float(g["impl_seconds"].max()) * 1e3
+        try:
+            plain = plain_timing(impl, cases[cid]) * 1e3
+        except Exception as e:                     # noqa: BLE001 - reported, not hidden
+            print(f"{impl}: plain timing failed: {type(e).__name__}: {e}")
+            plain = float("nan")
+        agree = abs(ms - plain) <= 0.10 * plain
+        bad += not agree
+        model = g[g["reference"].str.startswith("model")]
+        exact = g[g["reference"] == "exact"]
+        y = model[model["output"] == "y"]["max_ulp"].max()
+        print(f"{impl:14s} {'norm first' if cases[cid].norm_before_gate else 'gate first':10s} {ms:8.3f} "
+              f"{plain:9.3f} {str(agree):>6s} {100 * float(g['floor_fraction'].max()):7.1f}% {y:14.4g} "
+              f"{exact['max_scaled_err'].max():21.4g} {str(bool(g['repeatable'].all())):>10s}")
+    print(f"timings agreeing with a plain CUDA-event timing within 10 %: {'all' if not bad else f'{bad} do not'}")
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The GPU batch: run on the device machine (one H200) through the device tool, from the repository
+# root, with the wheels the image lacks in .whl/ (fla-core; see bench/RESULTS.md):
+#   bash bench/gpu.sh STAGE...
+# Stages (each logs to $OUT/log.txt with its command, exit code and wall time, the whole command
+# timed as a user types it):
+#   tests       the CUDA tests (pytest -m "not slow" over the GPU-touching files)
+#   exhaustive  `harness exhaustive` bf16 and fp16, cold (empty compile caches) then warm, + its bench
+#   quick       quick on CUDA for torch, torch-compile, fla, fla-gated and the HF adapters
+#   identify    `harness identify` for every CUDA built-in and adapter
+#   full-cold   full for torch, torch-compile, fla, --jobs 16, caches emptied first; full-warm: again
+#   speed       speed beside accuracy at 8192x4096 bf16 (bench/bench_speed.py)
+#   reference   the float64 reference pass against the bandwidth floor (bench/bench_reference.py)
+#   selftest    `harness selftest --device cuda`
+set -uo pipefail
+OUT=${OUT:-out/gpu}
+mkdir -p "$OUT"
+LOG="$OUT/log.txt"
+export PYTHONUNBUFFERED=1
+if ! python3 -c "import harness.references" 2>/dev/null; then
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
+  fi
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null || exit 1
+fi
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; date -u
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
+  python3 -c 'import importlib.metadata as m; print(*[f"{p} {m.version(p)}" for p in ("fla-core", "transformers", "mpmath")])' 2>&1
+} >> "$LOG"
+
+step() {  # step NAME SECONDS CMD...: the command's output to the log, its exit code and wall time
+  local name=$1 t=$2; shift 2
+  echo "== $name: $*" >> "$LOG"
+  local s; s=$(date +%s.%N)
+  timeout "$t" "$@" >> "$LOG" 2>&1; local rc=$?
+  echo "== $name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $s, 1))") s" | tee -a "$LOG"
+}
+cold() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
+CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
+
+for stage in "$@"; do
+  case $stage in
+    tests) step tests 900 python3 -m pytest -q -p no:cacheprovider -rA tests/test_accel.py tests/test_adapters.py \
+             tests/test_exhaustive.py -k "cuda or triton or CUDA or device" ;;
+    exhaustive) cold
+      for dt in bf16 fp16; do
+        step "exhaustive-$dt-cold" 300 python3 -m harness exhaustive --dtype $dt --device cuda --out "$OUT/ex-$dt"
+        step "exhaustive-$dt-warm" 300 python3 -m harness exhaustive --dtype $dt --device cuda --out "$OUT/ex-$dt"
+      done
+      step exhaustive-bench 600 python3 bench/bench_exhaustive.py --device cuda --cli ;;
+    quick) step quick 600 python3 -m harness run $CUDA_IMPLS --cases quick --device cuda --jobs 8 \
+             --out "$OUT/quick" --no-report ;;
+    identify) for i in torch torch-compile torch-compile-emulate fla fla-gated hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2; do
+        step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
+             --out "$OUT/id-$i" --no-report
+      done ;;
+    full-cold) cold
+      step full-cold 600 python3 -m harness run --impl torch --impl torch-compile --impl fla --cases full \
+           --device cuda --jobs 16 --out "$OUT/full" --no-report --repeats 0 ;;
+    full-warm) step full-warm 600 python3 -m harness run --impl torch --impl torch-compile --impl fla --cases full \
+           --device cuda --jobs 16 --out "$OUT/full-warm" --no-report --repeats 0 ;;
+    speed) step speed 600 python3 bench/bench_speed.py --out "$OUT/speed" ;;
+    reference) step reference 300 python3 bench/bench_reference.py --repeat 50 ;;
+    selftest) step selftest 600 python3 -m harness selftest --device cuda --jobs 8 --out "$OUT/selftest" ;;
+    *) echo "unknown stage $stage" | tee -a "$LOG"; exit 2 ;;
+  esac
+done
