@@ -1,0 +1,88 @@
+"""Speed beside accuracy and determinism (results.csv columns): the median warm forward + backward
+time, the bitwise comparison of a second call, --require-repeatable, --repeats 0 — on the CPU, where
+the bandwidth floor is omitted."""
+from __future__ import annotations
+
+import textwrap
+
+import pandas as pd
+import pytest
+
+from harness.cli import main
+
+SUITE = """
+[[group]]
+dtype = ["bf16"]
+weight_dtype = ["fp32"]         # a float32 dweight shows the last bits a summation order changes
+shape = [[64, 32], [8, 16]]
+"""
+
+SHUFFLED = '''
+import torch
+from harness.impls.torch_ref import GatedRMSNorm
+
+class _ShuffledSum(torch.autograd.Function):
+    """dweight's token sum in a random order each call: accurate, not repeatable bit for bit."""
+    @staticmethod
+    def forward(ctx, w, rows):
+        ctx.dtype = w.dtype
+        return w.float().expand(rows, w.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        order = torch.randperm(grad.shape[0])
+        acc = torch.zeros(grad.shape[1], dtype=torch.float32)
+        for i in order.tolist():
+            acc = acc + grad[i]
+        return acc.to(ctx.dtype), None
+
+class Shuffled(GatedRMSNorm):
+    def forward(self, x, gate):
+        rows = x.numel() // x.shape[-1]
+        g = _ShuffledSum.apply(self.weight, rows)
+        xf = x.float().reshape(rows, -1)
+        n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * g).to(x.dtype)
+        return (n.float() * torch.nn.functional.silu(gate.float().reshape(rows, -1))).to(x.dtype).reshape(x.shape)
+
+def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    return Shuffled(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
+make.supports = lambda case: "no zero-centred gamma" if case.zero_centered_gamma else None
+'''
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    (tmp_path / "s.toml").write_text(SUITE)
+    (tmp_path / "shuffled_mod.py").write_text(textwrap.dedent(SHUFFLED))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def results(d):
+    return pd.read_csv(d / "results.csv", dtype={"case_id": str})
+
+
+def test_timing_and_determinism_columns(env):
+    assert main(["run", "--impl", "torch", "--cases", "s.toml", "--device", "cpu", "--out", "o", "--no-report"]) == 0
+    df = results(env / "o")
+    assert (df["impl_seconds"] > 0).all() and df["repeatable"].all() and (df["differing_elements"] == 0).all()
+    assert df["bytes_moved"].isna().all() and df["floor_fraction"].isna().all()       # no floor on the CPU
+    assert (df.groupby("case_id")["impl_seconds"].nunique() == 1).all()                  # one figure a pair
+    assert main(["run", "--impl", "torch", "--cases", "s.toml", "--device", "cpu", "--out", "o0", "--repeats", "0",
+                 "--no-report"]) == 0
+    assert results(env / "o0")["impl_seconds"].isna().all()
+
+
+def test_non_repeatable_outputs_are_reported_and_can_fail_the_gate(env):
+    spec = "shuffled=shuffled_mod:make"
+    assert main(["run", "--impl", spec, "--cases", "s.toml", "--device", "cpu", "--out", "a", "--no-report"]) == 0
+    df = results(env / "a")
+    dw = df[df["output"] == "dweight"]
+    big = dw[dw["tokens"] == 64]
+    assert (~big["repeatable"].astype(bool)).all() and (big["differing_elements"] > 0).all()
+    assert df[df["output"] == "y"]["repeatable"].all()                                  # only dweight differs
+    assert main(["run", "--impl", spec, "--cases", "s.toml", "--device", "cpu", "--out", "b", "--no-report",
+                 "--require-repeatable"]) == 1
+    df = results(env / "b")
+    bad = df[df["status"] == "fail"]
+    assert set(bad["output"]) == {"dweight"} and bad["reason"].str.contains("not repeatable").all()
