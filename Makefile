@@ -13,7 +13,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml requirements/ci.txt
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c requirements/ci.txt torch
-	$(BIN)/pip install -q -c requirements/ci.txt -e '.[dev]'
+	$(BIN)/pip install -q -c requirements/ci.txt -e '.[dev,hf]'
 	touch $(STAMP)
 
 install: $(STAMP)

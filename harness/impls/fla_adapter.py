@@ -8,8 +8,19 @@ Facts from fla-core 0.6.0 (fla/modules/norm/fused_norm_gate.py) that shape this 
 - No zero-centred gamma: for zero_centered_gamma we pass `weight.float() + 1` (float32, so the
   +1 itself does not round) and autograd carries dweight back to the weight's dtype.
 - The gate gradient is computed and rounded in x's dtype, not the gate's: with a float32 gate and
-  a bf16 x the harness will (rightly) see dgate carry bf16 error."""
+  a bf16 x the harness will (rightly) see dgate carry bf16 error.
+
+`fla-gated` is `RMSNormGated` (fla/modules/norm/layernorm_gated.py in 0.6.0, aliased as
+fla.modules.layernorm_gated; Tri Dao's mamba_ssm kernel): groups and both orders, float32 inside,
+y and dgate allocated like x and the gate (`empty_like`), dweight summed in float32 before its one
+cast: rounding model `fused`. Its constructor defaults are eps=1e-5 and norm_before_gate=False (the
+Mamba-2 order, unlike the harness's default), so both are always passed. No zero-centred gamma:
+as for `fla`, the class's own `rmsnorm_fn` gets `weight.float() + 1`.
+(mamba_ssm's copy of the kernel is not adapted: PyPI has only an sdist that must be built against
+torch and CUDA, and importing mamba_ssm loads its compiled selective_scan_cuda.)"""
 from __future__ import annotations
+
+import importlib
 
 import torch
 from torch import nn
@@ -29,20 +40,68 @@ class FlaGatedRMSNorm(nn.Module):
         return self.fn(x, gate, w, None, activation="swish", eps=self.eps)
 
 
-def implementations() -> list[Implementation]:
-    try:
-        from fla.modules.norm.fused_norm_gate import rms_norm_gated
-    except Exception:
+class FlaRMSNormGated(nn.Module):
+    """fla's RMSNormGated module; zero-centred gamma through the same kernel with 1 + w."""
+
+    def __init__(self, cls, fn, hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None,
+                 norm_before_gate=True):
+        super().__init__()
+        self.inner = cls(hidden_size, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate,
+                         device=device, dtype=dtype)
+        self.weight = self.inner.weight
+        with torch.no_grad():
+            self.weight.fill_(0.0 if zero_centered_gamma else 1.0)
+        self.fn, self.zero_centered_gamma = fn, zero_centered_gamma
+
+    def forward(self, x, gate):
+        if not self.zero_centered_gamma:
+            return self.inner(x, gate)
+        m = self.inner
+        return self.fn(x, self.weight.float() + 1, None, z=gate, eps=m.eps, group_size=m.group_size,
+                       norm_before_gate=m.norm_before_gate)
+
+
+def gated_implementation(cls, fn) -> Implementation:
+    """`fla-gated` from fla's RMSNormGated class and its rmsnorm_fn (tests pass stand-ins)."""
+    def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
+        return FlaRMSNormGated(cls, fn, hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
+                               dtype=dtype, device=device, group_size=group_size,
+                               norm_before_gate=norm_before_gate)
+
+    return from_factory("fla-gated", factory, "builtin", rounding="fused", devices=("cuda",),
+                        notes="fla-core RMSNormGated (groups, both orders; norm_before_gate always passed)")
+
+
+def _import_first(*modules: str, names: tuple[str, ...]):
+    """`names` from the first of `modules` that imports, or the last import error."""
+    err: Exception | None = None
+    for m in modules:
         try:
-            from fla.modules.fused_norm_gate import rms_norm_gated
-        except Exception as e:  # not installed, or triton missing: say so, never skip silently
-            return [Implementation("fla", None, devices=("cuda",), source="builtin",
-                                   unavailable=f"fla not importable ({type(e).__name__}: {e})",
-                                   notes="pip install fla-core (CUDA + Triton)")]
+            mod = importlib.import_module(m)
+            return tuple(getattr(mod, n) for n in names), None
+        except Exception as e:          # not installed, triton missing, or an older layout
+            err = e
+    return None, f"fla not importable ({type(err).__name__}: {err})"
 
-    def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-        return FlaGatedRMSNorm(rms_norm_gated, hidden_size, eps=eps,
-                               zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
 
-    return [from_factory("fla", factory, "builtin", rounding="fused", devices=("cuda",),
-                         notes="fla-core rms_norm_gated, activation='swish' (norm first, one group)")]
+def implementations() -> list[Implementation]:
+    out = []
+    found, why = _import_first("fla.modules.norm.fused_norm_gate", "fla.modules.fused_norm_gate",
+                               names=("rms_norm_gated",))
+    if found is None:    # never skip silently: say why
+        out.append(Implementation("fla", None, devices=("cuda",), source="builtin", spec="fla", unavailable=why,
+                                  notes="pip install fla-core (CUDA + Triton)"))
+    else:
+        def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+            return FlaGatedRMSNorm(found[0], hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
+                                   dtype=dtype, device=device)
+        out.append(from_factory("fla", factory, "builtin", rounding="fused", devices=("cuda",),
+                                notes="fla-core rms_norm_gated, activation='swish' (norm first, one group)"))
+    found, why = _import_first("fla.modules.norm.layernorm_gated", "fla.modules.layernorm_gated",
+                               names=("RMSNormGated", "rmsnorm_fn"))
+    if found is None:
+        out.append(Implementation("fla-gated", None, devices=("cuda",), source="builtin", spec="fla-gated",
+                                  unavailable=why, notes="pip install fla-core (CUDA + Triton)"))
+    else:
+        out.append(gated_implementation(*found))
+    return out
