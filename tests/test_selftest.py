@@ -23,6 +23,10 @@ dtype = ["bf16"]
 shape = [[8, 64]]
 group_size = [16]
 norm_before_gate = [true, false]
+[[group]]
+dtype = ["bf16"]
+shape = [[512, 32]]
+dy_dist = ["ones"]
 """
 
 
