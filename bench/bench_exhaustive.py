@@ -1,6 +1,7 @@
 """Time `harness exhaustive` as a user runs it, beside its inner sweep, for bf16 and fp16; one table.
 
     python3 bench/bench_exhaustive.py --device cuda --cli          # the issue-21 figures (one H200)
+    python3 bench/bench_exhaustive.py --device cuda --cli --keep DIR   # ... and the warm run's files in DIR
     python3 bench/bench_exhaustive.py --device cpu --cli --x-range 0x3f80:0x3f90 --gate-range 0x3f00:0x4000
 
 Per dtype:
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,14 +50,13 @@ def inner_params(argv: list[str]):
     return run_params(build_parser().parse_args(argv))
 
 
-def time_cli(argv: list[str], env: dict) -> tuple[float, int, float | None, str]:
-    """Whole-command seconds, exit code, the sweep seconds it printed, its last stderr line."""
+def time_cli(argv: list[str], env: dict) -> tuple[float, int, float | None, subprocess.CompletedProcess]:
+    """Whole-command seconds, exit code, the sweep seconds it printed, the process."""
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "harness", *argv], cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     m = re.search(r", ([0-9.]+) s for [0-9.e+]+ pairs", p.stdout)
-    err = (p.stderr.strip().splitlines() or [""])[-1]
-    return wall, p.returncode, float(m.group(1)) if m else None, err
+    return wall, p.returncode, float(m.group(1)) if m else None, p
 
 
 def cli_rows(dtype: str, a) -> dict:
@@ -65,10 +66,17 @@ def cli_rows(dtype: str, a) -> dict:
         row = {}
         for kind in ("cold", "warm"):
             out = os.path.join(tmp, f"out-{kind}")
-            wall, rc, sweep, err = time_cli(cli_argv(dtype, a.device, out, a.x_range, a.gate_range), env)
+            wall, rc, sweep, p = time_cli(cli_argv(dtype, a.device, out, a.x_range, a.gate_range), env)
             row[kind] = (wall, rc, sweep)
-            print(f"bench_exhaustive: cli {kind} {dtype}: {wall:.2f} s, exit {rc}, sweep {sweep} s; {err}",
-                  file=sys.stderr, flush=True)
+            print(f"bench_exhaustive: cli {kind} {dtype}: {wall:.2f} s, exit {rc}, sweep {sweep} s\n{p.stdout}"
+                  f"{p.stderr[-2000:]}", file=sys.stderr, flush=True)
+            if a.keep and kind == "warm":
+                keep = Path(a.keep)
+                keep.mkdir(parents=True, exist_ok=True)
+                for name in ("results.csv", "histogram.csv", "worst.csv"):
+                    if os.path.exists(os.path.join(out, name)):
+                        shutil.copy(os.path.join(out, name), keep / f"{dtype}-{name}")
+                (keep / f"{dtype}-summary.txt").write_text(p.stdout + p.stderr)
     return row
 
 
@@ -103,6 +111,7 @@ def main() -> int:
     ap.add_argument("--x-range")
     ap.add_argument("--gate-range")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--keep", help="copy the warm CLI run's results, histogram, worst CSVs and output here")
     a = ap.parse_args()
     if a.device is None:
         import torch

@@ -174,12 +174,14 @@ def update_worst(acc: Acc, metric: str, t: Tile, ts: TileStats, tile_max: float,
         return False
     bm = ts.bmax[:, 0 if metric == "ulp" else 1]
     # every pair that can enter is >= the TOPK-th largest block maximum (with TOPK blocks or more,
-    # there are TOPK pairs at least that large) and >= the list's k-th key: only blocks reaching
-    # both are recomputed
+    # there are TOPK pairs at least that large) and >= the list's k-th key: thr, the larger
     thr = torch.topk(bm, TOPK).values[-1] if bm.numel() >= TOPK else torch.zeros((), dtype=bm.dtype, device=bm.device)
     if kth is not None:
         thr = torch.clamp(thr, min=kth)
-    blocks = (bm >= thr).nonzero().reshape(-1)
+    # fewer than TOPK blocks exceed thr; of those that reach it exactly, the first TOPK hold TOPK
+    # pairs at thr before any later block's (ties go by flat order): at most 2 TOPK - 1 blocks
+    above, at = (bm > thr).nonzero().reshape(-1), (bm == thr).nonzero().reshape(-1)[:TOPK]
+    blocks = torch.cat([above, at])
     flat = (blocks[:, None] * BLOCK + torch.arange(BLOCK, device=bm.device)[None, :]).reshape(-1)
     flat = flat[flat < t.n]
     row, col, v, ga = t.values_at(flat)
@@ -187,7 +189,8 @@ def update_worst(acc: Acc, metric: str, t: Tile, ts: TileStats, tile_max: float,
     el = element_errors(c, v, ga, fmt, t.k)
     key = el.err if metric == "ulp" else el.scaled
     sel = (key >= thr).nonzero().reshape(-1)
-    # flat order is (x, gate) order: a stable sort keeps ties in the bits order
+    # flat order is (x, gate) order: sorted by index, then stably by key, ties stay in bits order
+    sel = sel[torch.argsort(flat[sel])]
     top = sel[torch.sort(key[sel], descending=True, stable=True).indices[:TOPK]]
     ri, ci = row[top] + t.r0, col[top]
     cols = [key[top], ri, ci, t.rows.xv[ri], t.gv[ci], c[top].to(torch.float64), v[top], el.golden[top],
