@@ -1,56 +1,47 @@
-"""Running statistics of one (output, regime) and the result of a run."""
+"""Running statistics of one (output, regime), the result of a run, and progress lines.
+
+Invariants: an Acc is a sum over disjoint sets of pairs, so folding tiles (or gate blocks, or a
+resumed run's saved state) in any grouping gives the same counts, histograms, maxima and worst
+pairs; only the float64 sums behind the means depend on the order. The worst pairs are the TOPK
+largest errors in the total order (error descending, then x bits, then gate bits ascending): the
+pairs compare's argmax would pick first on the [x, gate] grid, independent of the tiling."""
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 
-from harness.exhaustive.enumerate import REGIMES, case_hash
-from harness.exhaustive.metrics import TOPK
-from harness.references.formats import Format, round_to
+from harness.exhaustive.metrics import N_BINS, TOPK
 
 
-@dataclass
+@dataclass(frozen=True)
 class Worst:
-    key: float
+    key: float                    # the error this list is ranked by
+    x_bits: int
+    g_bits: int
     x: float
     g: float
-    got: float
-    ref: float
-    golden: float
+    got: float                    # the implementation's value
+    ref: float                    # the exact (float64) value
+    golden: float                 # ref rounded to the format by float64
     ulp: float
     scaled: float
 
-
-def pair_values(flat_idx: torch.Tensor, shape, xs, gs, rep_x) -> tuple[list[float], list[float]]:
-    """x and gate values (as floats) of flat indices into a tile of `shape`: [bx, bg] pairs, or
-    [bg] gates for a per-gate output (dn), whose x is rep_x."""
-    if len(shape) == 1:
-        gi = gs[flat_idx]
-        xi = rep_x.expand(flat_idx.numel())
-    else:
-        ix, ig = flat_idx // shape[1], flat_idx % shape[1]
-        xi, gi = xs[ix], gs[ig]
-    return xi.double().tolist(), gi.double().tolist()
+    def order(self) -> tuple:
+        return (-self.key, self.x_bits, self.g_bits)
 
 
-def worst_pairs(keys: torch.Tensor, idx: torch.Tensor, xi: list, gi: list, c_low: torch.Tensor, v: torch.Tensor,
-                err: torch.Tensor, scaled: torch.Tensor, fmt: Format) -> list[Worst]:
-    """The Worst records of a tile's top-k flat indices `idx` (sort keys `keys`)."""
-    vv = v.reshape(-1)[idx]
-    cols = (keys.tolist(), xi, gi, c_low.reshape(-1)[idx].to(torch.float64).tolist(), vv.tolist(),
-            round_to(vv, fmt).tolist(), err.reshape(-1)[idx].tolist(), scaled.reshape(-1)[idx].tolist())
-    return [Worst(*row) for row in zip(*cols)]
+def _zeros() -> list[int]:
+    return [0] * N_BINS
 
 
 @dataclass
 class Acc:
     """Running statistics of one (output, regime)."""
     pairs: int = 0
-    hist_ulp: torch.Tensor | None = None
-    hist_scaled: torch.Tensor | None = None
+    hist_ulp: list = field(default_factory=_zeros)
+    hist_scaled: list = field(default_factory=_zeros)
     sum_ulp: float = 0.0
     sum_scaled: float = 0.0
     max_ulp: float = 0.0
@@ -65,10 +56,24 @@ class Acc:
     nonfinite: int = 0             # NaN / inf where the golden value is finite
     worst: dict = field(default_factory=lambda: {"ulp": [], "scaled": []})
 
-    def add_worst(self, metric: str, items: list[Worst]):
-        w = self.worst[metric] + items
-        w.sort(key=lambda r: -r.key if not math.isnan(r.key) else -math.inf)
-        self.worst[metric] = w[:TOPK]
+    def add_worst(self, metric: str, items: list[Worst]) -> None:
+        self.worst[metric] = sorted(self.worst[metric] + list(items), key=Worst.order)[:TOPK]
+
+    def kth_key(self, metric: str) -> float | None:
+        """The key a pair must reach to enter the list (None while it is not full)."""
+        lst = self.worst[metric]
+        return lst[-1].key if len(lst) >= TOPK else None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["worst"] = {m: [asdict(w) for w in lst] for m, lst in self.worst.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Acc":
+        d = dict(d)
+        d["worst"] = {m: [Worst(**w) for w in lst] for m, lst in d["worst"].items()}
+        return cls(**d)
 
 
 @dataclass
@@ -82,33 +87,32 @@ class Result:
     dy: float
     dy_bits: int
     n_x: int
-    n_gate: dict
+    n_gate: dict                # regime -> finite gates of the range
     acc: dict                   # (output, regime) -> Acc
-    seconds: float
+    seconds: float              # this process's sweep (a resumed run: the part it did)
     case_hash: str
-    perf: dict = field(default_factory=dict)     # counters of the fused path (tiles, syncs, ...)
+    perf: dict = field(default_factory=dict)     # counters: tiles, syncs, backend, pairs_run, ...
 
 
 class Ticker:
-    """Progress lines at most every 2 s (and at the end) for both run paths."""
+    """Progress lines at most every 2 s (and at the end)."""
 
-    def __init__(self, total: int, progress):
-        self.total, self.progress, self.done = total, progress, 0
+    def __init__(self, total: int, progress, done: int = 0):
+        self.total, self.progress, self.done = total, progress, done
         self.t0 = self.last = time.perf_counter()
+        self.run = 0
 
     def add(self, pairs: int) -> None:
         self.done += pairs
+        self.run += pairs
         now = time.perf_counter()
         if self.progress and (now - self.last > 2.0 or self.done == self.total):
             self.progress(f"exhaustive: {self.done / self.total:6.1%} {self.done:.3g}/{self.total:.3g} pairs, "
-                          f"{self.done / max(now - self.t0, 1e-9):.3g} pairs/s")
+                          f"{self.run / max(now - self.t0, 1e-9):.3g} pairs/s")
             self.last = now
 
-    def result(self, su, dtype, impl, dev, x_range, gate_range, dy_v, n_x, acc, perf=None) -> "Result":
-        """Stop the clock (after the device finishes) and package the run."""
+    def seconds(self, dev: torch.device) -> float:
+        """Stop the clock after the device finishes."""
         if dev.type == "cuda":
-            torch.cuda.synchronize()
-        return Result(dtype, impl, su.rounding, str(dev.type), tuple(x_range), tuple(gate_range), dy_v,
-                      su.dy_bits, n_x, {r: su.gsets[r].numel() for r in REGIMES}, acc,
-                      time.perf_counter() - self.t0, case_hash(dtype, x_range, gate_range, su.dy_bits),
-                      perf if perf is not None else {})
+            torch.cuda.synchronize(dev)
+        return time.perf_counter() - self.t0

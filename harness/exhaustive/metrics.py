@@ -1,78 +1,107 @@
 """Error metrics of one output against its exact values: budgets, histogram edges, and the
-per-element kernel `elementwise` (ulp / scaled error, correct-rounding mismatch, certification
-candidates) shared by the fused and the reference paths.
+per-element definition every tile pass implements (`element_errors`).
 
-Budgets: the final rounding (harness.budgets.FINAL_ROUNDING) plus SiLUGate's float32 noise
-(references.models.silugate_noise) in units of the format's u; report-only (inf) in the extreme
-regime. float64 error of the closed forms: references.exact.float64_error_bound with H = T = 1."""
+The element errors are the harness's own metrics (harness.references.metrics: ulp, scaled, abs, rel)
+as harness.analysis.compare computes them for a point reference lo = hi = v: distance |c - v|;
+where c is NaN or infinite, or v rounds to an infinity, the error is 0 if c equals the rounded
+value and inf otherwise. Certification candidates are the elements whose float64 value lies within
+twice its error bound of a rounding boundary (a superset of references.formats.undecided).
+
+Budgets: the metric's final rounding (references.metrics: ulp 0.5, scaled 1) plus SiLUGate's
+float32 noise (references.models.noise.rho: 8 u32 for y and dn, 12 for dgate) in units of the
+format's u; report-only (inf) in the extreme regime. Metrics: y and dn are products (no
+cancellation): ULP; dgate can cancel (silu' has a root at t ~ -1.2785): the scaled error."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from harness import budgets
 from harness.references.exact import Inputs, float64_error_bound
-from harness.references.formats import Format
-from harness.references.models import silugate_noise
+from harness.references.formats import Format, round_to, ulp
+from harness.references.metrics import gated_metric, get
+from harness.references.models.noise import U32, rho
 
-# dn = dy * silu(gate) is a product like y (no cancellation): ulp; dgate can cancel: scaled.
-METRIC = {"y": budgets.METRIC["y"], "dn": budgets.METRIC["y"], "dgate": budgets.METRIC["dgate"]}
-_ONE = torch.zeros(1, 1)
-F64_BOUND = {o: b for o, b in float64_error_bound(Inputs(_ONE, _ONE, torch.zeros(1), _ONE, 0.0, False)).items()
-             if o in METRIC}                   # y 33 u64, dn 32 u64, dgate 49 u64
+METRIC = {"y": gated_metric("y", "exact"), "dn": gated_metric("y", "exact"), "dgate": gated_metric("dgate", "exact")}
+NOISE = {"y": "gate", "dn": "gate", "dgate": "dgate"}
+KEPT_METRICS = ("ulp", "scaled", "abs", "rel")            # the metrics a tile pass computes
+_BOUNDS = float64_error_bound(Inputs(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.zeros(1, 1),
+                                     0.0, False))
+# y = u silu(t); dn is the gate op's input gradient (the norm's dmid); dgate = d u silu'(t)
+F64_BOUND = {"y": _BOUNDS["y"], "dn": _BOUNDS["dmid"], "dgate": _BOUNDS["dgate"]}
 EDGES = (0.0, 0.5, 0.5000001, 0.51, 0.6, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0, math.inf)
+INNER_EDGES = EDGES[1:-1]
+N_BINS = len(EDGES) - 1
 TOPK = 8
 
 
 def budget_for(output: str, regime: str, fmt: Format) -> float:
     if regime == "extreme":
         return math.inf
-    return budgets.FINAL_ROUNDING[METRIC[output]] + silugate_noise()[output] / fmt.u
+    return get(METRIC[output]).final_rounding + rho(1, 1)[NOISE[output]] * U32 / fmt.u
 
 
-def kernel_args(output: str, fmt: Format) -> tuple:
-    """`elementwise`'s format arguments (u, min_sub, emin_bits, pm1_bits, bound, fmax) for `output`."""
-    return (fmt.u, fmt.min_subnormal, (fmt.emin + 1023) << 52, (fmt.precision - 1) << 52,
-            F64_BOUND[output], fmt.max)
+def worst_metrics(output: str) -> tuple[str, ...]:
+    """Metrics whose worst pairs are kept: ULP always, and the gated metric."""
+    return ("ulp",) if METRIC[output] == "ulp" else ("ulp", METRIC[output])
 
 
-_EXP_MASK = 0x7FF0000000000000
+@dataclass(frozen=True)
+class Consts:
+    """A tile pass's scalars for one (output, regime, format)."""
+    u: float
+    min_sub_half: float
+    fmax: float
+    bound2: float                 # twice the float64 error bound, relative to the gauge
+    budget: float
+    scaled_key: bool              # the gated metric is the scaled error (else ULP)
+
+    def vector(self) -> list[float]:
+        return [self.u, self.min_sub_half, self.fmax, self.bound2, self.budget, float(self.scaled_key)]
 
 
-def elementwise(c_low: torch.Tensor, v: torch.Tensor, gauge: torch.Tensor | None, u: float, min_sub: float,
-                emin_bits: int, pm1_bits: int, bound: float, fmax: float):
-    """Per-element errors of computed `c_low` (dtype) against exact float64 `v` (pure, fusible).
+def consts(output: str, regime: str, fmt: Format) -> Consts:
+    return Consts(fmt.u, fmt.min_subnormal / 2, fmt.max, 2 * F64_BOUND[output], budget_for(output, regime, fmt),
+                  METRIC[output] == "scaled")
 
-    ulp(v) comes from v's float64 exponent field clamped to the format's emin (references.formats
-    .ulp); golden = round-half-even(v / ulp) * ulp (references.formats.round_to, v is finite).
-    Returns ulp error, scaled error, float64-undecidable candidates (the nearest rounding boundary
-    within twice the float64 error bound), computed != golden, non-finite where golden is finite,
-    and the largest relative and absolute errors."""
+
+@dataclass(frozen=True)
+class Elements:
+    """Per-element results (float64 / bool tensors of the elements' shape)."""
+    err: torch.Tensor             # ulp
+    scaled: torch.Tensor
+    abs: torch.Tensor
+    rel: torch.Tensor
+    golden: torch.Tensor          # v rounded to the format by float64 (certification may overrule)
+    mism: torch.Tensor            # c != golden
+    nonfin: torch.Tensor          # c not finite where golden is
+    cand: torch.Tensor            # float64 may not decide golden: certification candidates
+    over: torch.Tensor            # gated metric over the budget
+
+
+def element_errors(c_low: torch.Tensor, v: torch.Tensor, gauge: torch.Tensor, fmt: Format, k: Consts) -> Elements:
+    """The per-element definition (module docstring) in eager torch; the Triton pass does the same
+    IEEE operations in the same order (no contraction), so both agree bit for bit."""
     c = c_low.to(torch.float64)
-    ebits = torch.clamp(v.view(torch.int64) & _EXP_MASK, min=emin_bits)
-    q = (ebits - pm1_bits).view(torch.float64)
-    r = v / q                                          # exact: q is a power of two
-    k = torch.round(r)
-    golden = k * q
-    golden = torch.where(golden.abs() > fmax, torch.copysign(torch.full_like(golden, math.inf), v), golden)
-    same = c == golden                                 # +0 == -0; inf == inf
-    dist = torch.where(same & torch.isinf(c), torch.zeros_like(v), (c - v).abs())
-    dist = torch.nan_to_num(dist, nan=math.inf, posinf=math.inf)
-    err = dist / q
-    va = v.abs()
-    ga = va if gauge is None else gauge
-    scaled = dist / (u * ga + min_sub / 2)
-    rel = torch.where(dist == 0, torch.zeros_like(dist), dist / va)
-    cand = (r - k).abs() >= 0.5 - 2 * bound * ga / q
-    nonfin = ~torch.isfinite(c) & torch.isfinite(golden)
-    return err, scaled, cand, ~same, nonfin, rel.amax(), dist.amax()
+    q = ulp(v, fmt)
+    golden = round_to(v, fmt)
+    r = v.abs() / q                                    # exact: q is a power of two
+    kk = torch.round(r)
+    same = c == golden                                 # +0 == -0; inf == inf; NaN never
+    c_nan = torch.isnan(c)
+    special = c_nan | torch.isinf(c) | torch.isinf(golden) | torch.isnan(v)
+    sp_val = torch.where(same, 0.0, math.inf).to(torch.float64)
+    dist = torch.maximum(c, v) - torch.minimum(c, v)   # |c - v|; NaN c is special anyway
 
-
-_ELEMENTWISE = {"fn": elementwise}
-
-
-def use_compile(on: bool) -> None:
-    """Fuse `elementwise` with torch.compile (one kernel per tile on CUDA); eager when off."""
-    _ELEMENTWISE["fn"] = torch.compile(elementwise, dynamic=True) if on else elementwise
-
+    def fin(e):
+        return torch.where(special, sp_val, e)
+    zero = torch.zeros_like(dist)
+    err = fin(dist / q)
+    scaled = fin(torch.where(dist == 0, zero, dist / (k.u * gauge + k.min_sub_half)))
+    rel = fin(torch.where(dist == 0, zero, dist / v.abs()))
+    ab = fin(dist)
+    cand = (r - kk).abs() >= 0.5 - k.bound2 * gauge / q
+    key = scaled if k.scaled_key else err
+    return Elements(err, scaled, ab, rel, golden, ~same, (c_nan | torch.isinf(c)) & ~torch.isinf(golden), cand,
+                    key > k.budget)

@@ -1,0 +1,69 @@
+"""What a run has finished, kept in its output directory so that an interrupted run resumes by range.
+
+After each gate block (enumerate.GATE_BLOCK bit patterns of the gate range) the run's accumulated
+statistics and the finished blocks are written to one JSON file, atomically (references.atomic):
+a kill at any moment leaves the previous complete state. `--resume` loads it, skips the finished
+blocks and folds the rest on top (accumulators are sums over disjoint pairs, see accumulate).
+The file is named by the run's case hash (dtype, ranges, dy) and implementation; its key is checked
+on load. Floats are written with repr (json), so a resumed run restores every value exactly."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.exhaustive.accumulate import Acc
+from harness.exhaustive.enumerate import GATE_BLOCK, OUTPUTS, REGIMES
+from harness.references.atomic import atomic_write
+from harness.references.errors import UsageError
+
+VERSION = 1
+
+
+def progress_path(out_dir: Path | str, dtype: str, impl: str, case_hash: str) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in impl)
+    return Path(out_dir) / f"exhaustive-{dtype}-{safe}-{case_hash}.progress.json"
+
+
+def run_key(dtype: str, impl: str, x_range, gate_range, dy_bits: int) -> dict:
+    return {"version": VERSION, "dtype": dtype, "impl": impl, "x_range": list(x_range),
+            "gate_range": list(gate_range), "dy_bits": dy_bits, "gate_block": GATE_BLOCK}
+
+
+def fresh_acc() -> dict:
+    return {(o, r): Acc() for o in OUTPUTS for r in REGIMES}
+
+
+@dataclass
+class Checkpoint:
+    """The finished gate blocks ((lo, hi) bit spans) and the statistics over them."""
+    path: Path | None
+    key: dict
+    done: set = field(default_factory=set)
+    acc: dict = field(default_factory=fresh_acc)
+    perf: dict = field(default_factory=dict)
+
+    def save(self, span: tuple[int, int]) -> None:
+        self.done.add(tuple(span))
+        if self.path is None:
+            return
+        doc = {"key": self.key, "done": sorted(self.done), "perf": self.perf,
+               "acc": {f"{o}/{r}": a.to_dict() for (o, r), a in self.acc.items()}}
+        with atomic_write(self.path, "w") as f:
+            json.dump(doc, f)
+
+
+def open_checkpoint(path: Path | None, key: dict, resume: bool) -> Checkpoint:
+    """A fresh checkpoint, or (resume) the one saved at `path` for the same run."""
+    if not resume or path is None or not path.exists():
+        return Checkpoint(path, key)
+    try:
+        doc = json.loads(path.read_text())
+        if doc["key"] != key:
+            raise ValueError("it belongs to another run")
+        acc = {tuple(k.split("/")): Acc.from_dict(v) for k, v in doc["acc"].items()}
+        done = {tuple(s) for s in doc["done"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"--resume: cannot read {path} ({type(e).__name__}: {e}); delete it or run "
+                         f"without --resume") from None
+    return Checkpoint(path, key, done, {**fresh_acc(), **acc}, dict(doc.get("perf", {})))
