@@ -1,21 +1,21 @@
-"""report.html: one self-contained page (inline CSS, JS and base64 PNG plots; nothing fetched) and
-summary.csv beside it. Everything is reduced with vectorized pandas first, and tables are capped
-before templating, so 50,000-row results render in seconds."""
+"""report.html: one self-contained page (inline CSS, JS and base64 PNG plots from
+harness.reports.plots; nothing fetched). Every section is reduced with vectorised pandas first and
+its tables are capped before templating, so 50,000-row results render in seconds. Values reach the
+page only through jinja2 with autoescape: a reason or a name is text, never markup.
+
+"Gated" rows are the checks an implementation is judged by: against the exact value and against
+its declared model (reference `model:<rounding>`). `harness identify` rows against the other
+built-in models feed the "which model" section only."""
 from __future__ import annotations
 
-import base64
-import io
 from pathlib import Path
 
 import jinja2
 import numpy as np
 import pandas as pd
-# Figure + Agg canvas directly, not pyplot: no global backend switch, no figure registry to leak.
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
 from harness.references.atomic import atomic_write
+from harness.reports import plots
 from harness.reports.schema import STATUSES
 from harness.reports.summary import budget_ratio, normalize, sort_keys, worst_value
 
@@ -23,9 +23,14 @@ TEMPLATES = Path(__file__).parent / "templates"
 ALL_ROWS_CAP = 2000        # rows of the "all results" table written into the page
 FAILURES_CAP = 20000       # failures are always listed; this only bounds the file size
 BASELINE_CAP = 500         # rows per better / worse table
-WORST_N = 20
+TABLE_CAP = 5000           # determinism rows
+WORST_N = 20               # worst-case cards beyond the one per (impl, out dtype) with a failure
 MATCH = ["case_id", "impl", "output", "reference"]
-SECTIONS = ("verdict", "accuracy", "histograms", "worst", "baseline", "environment")
+PAIR = ["case_id", "impl"]
+SECTIONS = ("verdict", "models", "accuracy", "histograms", "worst", "speed", "determinism", "baseline",
+            "environment")
+NUMERIC = ("pair_seconds", "impl_seconds", "bytes_moved", "floor_fraction", "differing_elements", "hidden",
+           "tokens", "n_elements")
 
 
 # ---------------------------------------------------------------- formatting
@@ -45,129 +50,13 @@ def _table(d: pd.DataFrame, cols: dict[str, str], total: int | None = None, cap:
     return {"head": list(cols.values()), "rows": body, "note": note}
 
 
+def _flag(s: pd.Series, words: tuple[str, ...]) -> pd.Series:
+    """A boolean column as read back from CSV (True/False, 1/0 or text; blank is neither)."""
+    return s.astype(str).str.strip().str.lower().isin(words)
+
+
 def _truthy(s: pd.Series) -> pd.Series:
-    return s.astype(str).str.strip().str.lower().isin(["true", "1", "1.0", "yes"])
-
-
-# ---------------------------------------------------------------- plots
-
-def _png(fig: Figure) -> str:
-    buf = io.BytesIO()
-    FigureCanvasAgg(fig).print_png(buf)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-# right-closed ULP bins: 0 exactly, (0, .5], (.5, 1], (1, 2], ... , > 2^16
-_EDGES = np.array([0.0, 0.5] + [2.0 ** k for k in range(17)] + [np.inf])
-_LABELS = ["0", "≤½"] + [f"≤{2 ** k}" if k < 10 else f"≤2^{k}" for k in range(17)] + [">2^16"]
-
-
-def _ulp_bins(v: np.ndarray) -> np.ndarray:
-    return np.bincount(np.searchsorted(_EDGES, v, side="left"), minlength=len(_EDGES))
-
-
-def plot_histograms(d: pd.DataFrame) -> list[dict]:
-    """Grid of out_dtype (rows) x output (columns); in each panel one step histogram per
-    implementation and reference kind (solid: exact, dotted: model) of per-row max_ulp (results.csv
-    holds per-row reductions, not elements), as a fraction of those rows. Dashed red: finite ULP
-    budgets. One figure, few axes: drawing axes is what costs time, not rows."""
-    d = d[d["max_ulp"].notna()]
-    if d.empty:
-        return []
-    grid = d[["out_dtype", "output"]].drop_duplicates()
-    dts = list(dict.fromkeys(sort_keys(grid, ["out_dtype"])["out_dtype"]))
-    outs = list(dict.fromkeys(sort_keys(grid, ["output"])["output"]))
-    d = d.assign(_ref=d["reference"].str.split(":").str[0])
-    lines = sort_keys(d[["impl", "_ref"]].drop_duplicates(), ["impl", "_ref"])
-    colour = {impl: f"C{k % 10}" for k, impl in enumerate(dict.fromkeys(lines["impl"]))}
-    counts = {k: _ulp_bins(g["max_ulp"].to_numpy()) for k, g in d.groupby(["out_dtype", "output", "impl", "_ref"])}
-    nb = max(4, max(int(np.flatnonzero(c).max()) + 1 for c in counts.values()))
-    # an infinite budget means "not gated": no line for it
-    ulp_b = d[(d["budget_metric"] == "ulp") & np.isfinite(d["budget"])]
-    budgets = ulp_b.groupby(["out_dtype", "output"])["budget"].unique()
-    legend_in = 0.3 + 0.2 * -(-len(lines) // 6)            # inches the legend rows need on top
-    height = 1.9 * len(dts) + 0.7 + legend_in
-    fig = Figure(figsize=(2.9 * len(outs) + 0.4, height), dpi=80)
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.6 / height + 0.01, top=1 - legend_in / height,
-                        hspace=0.45, wspace=0.2)
-    axes = fig.subplots(len(dts), len(outs), squeeze=False, sharex=True)
-    x = np.arange(nb)
-    for i, dt in enumerate(dts):
-        for j, out in enumerate(outs):
-            ax = axes[i][j]
-            for impl, ref in lines.itertuples(index=False):
-                c = counts.get((dt, out, impl, ref))
-                if c is not None:
-                    ax.step(x, c[:nb] / c.sum(), where="mid", color=colour[impl], lw=1.3,
-                            ls="-" if ref == "exact" else ":")
-            for b in budgets.get((dt, out), []):
-                ax.axvline(np.searchsorted(_EDGES, b, side="left"), color="#c0392b", ls="--", lw=1)
-            ax.set_title(f"{dt} {out}", fontsize=9)
-            ax.tick_params(labelsize=7)
-    step = 1 if nb <= 10 else 2        # every other label when the axis is crowded
-    for ax in axes[-1]:
-        ax.set_xticks(x[::step], _LABELS[:nb:step], rotation=60)
-    keys = [Line2D([], [], color=colour[impl], ls="-" if ref == "exact" else ":", label=f"{impl} vs {ref}")
-            for impl, ref in lines.itertuples(index=False)]
-    fig.legend(handles=keys, loc="upper center", ncols=min(len(keys), 6), fontsize=8, frameon=False)
-    return [{"title": "max ULP per row, fraction of rows", "img": _png(fig)}]
-
-
-def _hidden_bucket(h: pd.Series) -> pd.Series:
-    """Exact hidden sizes when few, else power-of-two buckets so the heatmap stays readable."""
-    if h.nunique() <= 16:
-        return h.astype(int)
-    return (2 ** np.ceil(np.log2(h.clip(lower=1)))).astype(int)
-
-
-def plot_heatmap(d: pd.DataFrame) -> str | None:
-    """Worst error / budget per out_dtype x hidden size, one panel per output."""
-    d = d[d["hidden"].notna() & d["_ratio"].notna()]
-    if d.empty:
-        return None
-    d = d.assign(_h=_hidden_bucket(d["hidden"]))
-    outs = list(dict.fromkeys(sort_keys(d[["output"]].drop_duplicates(), ["output"])["output"]))
-    fig = Figure(figsize=(min(4.5 * len(outs), 18), 3.2), dpi=72, layout="constrained")
-    axes = fig.subplots(1, len(outs), squeeze=False)[0]
-    im = None
-    for ax, out in zip(axes, outs):
-        p = d[d["output"] == out].pivot_table(index="out_dtype", columns="_h", values="_ratio", aggfunc="max")
-        p = p.reindex(sort_keys(pd.DataFrame({"out_dtype": p.index}), ["out_dtype"])["out_dtype"])
-        z = np.log10(np.clip(p.to_numpy(dtype=float), 1e-3, 1e3))
-        im = ax.imshow(z, cmap="RdYlGn_r", vmin=-2, vmax=1, aspect="auto")
-        ax.set_xticks(range(p.shape[1]), [str(c) for c in p.columns], rotation=60, fontsize=7)
-        ax.set_yticks(range(p.shape[0]), list(p.index), fontsize=8)
-        if p.size <= 64:
-            for (i, j), v in np.ndenumerate(p.to_numpy(dtype=float)):
-                if v == v:
-                    ax.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=7)
-        ax.set_title(f"{out}: worst / budget", fontsize=9)
-        ax.set_xlabel("hidden", fontsize=8)
-    fig.colorbar(im, ax=list(axes), label="log10(worst / budget)", shrink=0.8)
-    return _png(fig)
-
-
-def plot_gate(d: pd.DataFrame) -> str | None:
-    """Worst error / budget by gate distribution (SiLUGate): one bar per output."""
-    d = d[d["gate_dist"].notna() & d["_ratio"].notna()]
-    if d.empty:
-        return None
-    p = d.pivot_table(index="gate_dist", columns="output", values="_ratio", aggfunc="max")
-    p = p[[c for c in ["y", "dx", "dgate", "dweight"] if c in p.columns]
-          + [c for c in p.columns if c not in ("y", "dx", "dgate", "dweight")]]
-    fig = Figure(figsize=(max(5.0, 1.1 * len(p) + 2), 3.2), dpi=72, layout="constrained")
-    ax = fig.subplots()
-    w = 0.8 / max(p.shape[1], 1)
-    x = np.arange(len(p))
-    for k, out in enumerate(p.columns):
-        ax.bar(x + k * w - 0.4 + w / 2, np.clip(p[out].to_numpy(dtype=float), 1e-3, 1e3), width=w, label=out)
-    ax.axhline(1.0, color="#c0392b", ls="--", lw=1)
-    ax.set_yscale("log")
-    ax.set_xticks(x, [str(i) for i in p.index], rotation=30, fontsize=8)
-    ax.set_ylabel("worst / budget", fontsize=8)
-    ax.legend(fontsize=7, ncols=min(4, p.shape[1]))
-    ax.set_title("worst error vs gate distribution (1 = at budget)", fontsize=9)
-    return _png(fig)
+    return _flag(s, ("true", "1", "1.0", "yes"))
 
 
 # ---------------------------------------------------------------- sections
@@ -175,18 +64,71 @@ def plot_gate(d: pd.DataFrame) -> str | None:
 def verdict(d: pd.DataFrame, exit_code: int) -> dict:
     counts = {s: int((d["status"] == s).sum()) for s in STATUSES}
     word = {0: "PASS", 1: "FAIL", 2: "ERROR"}.get(exit_code, f"EXIT {exit_code}")
-    by_impl = pd.crosstab(d["impl"], d["status"]).reindex(columns=list(STATUSES), fill_value=0)
-    by_impl = by_impl.reset_index()
-    bad = d[~d["status"].isin(["pass", "skip"])].sort_values(["_ratio"], ascending=False, na_position="first")
+    by_impl = pd.crosstab(d["impl"], d["status"]).reindex(columns=list(STATUSES), fill_value=0).reset_index()
+    # checks against a model the implementation does not declare (identify rows) are counted, not listed
+    bad = d[d["_gated"] & ~d["status"].isin(["pass", "skip"])].sort_values("_ratio", ascending=False,
+                                                                            na_position="first")
     fails = _table(bad, {"impl": "impl", "case_id": "case id", "label": "case", "out_dtype": "out dtype",
                          "output": "output", "reference": "reference", "status": "status", "reason": "reason",
                          "replay": "replay"}, cap=FAILURES_CAP)
-    skipped = d[d["status"] == "skip"].drop_duplicates(["case_id", "impl"])
-    skips = _table(skipped, {"impl": "impl", "case_id": "case id", "label": "case", "reason": "reason"},
-                   cap=FAILURES_CAP)
-    impl_tab = _table(by_impl, {"impl": "impl", **{s: s for s in STATUSES}})
-    return {"counts": counts, "total": len(d), "word": word, "exit_code": exit_code,
-            "failures": fails, "skips": skips, "by_impl": impl_tab}
+    skipped = d[d["status"] == "skip"]
+    skipped = skipped.assign(_n=skipped.groupby(PAIR)["case_id"].transform("size")).drop_duplicates(PAIR)
+    skips = _table(skipped, {"impl": "impl", "case_id": "case id", "label": "case", "reason": "reason",
+                             "_n": "checks skipped"}, cap=FAILURES_CAP)
+    return {"counts": counts, "total": len(d), "word": word, "exit_code": exit_code, "failures": fails,
+            "other_models": int((~d["_gated"] & (d["status"] == "fail")).sum()),
+            "skips": skips, "by_impl": _table(by_impl, {"impl": "impl", **{s: s for s in STATUSES}})}
+
+
+def realised(fit: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """From one implementation's (out_dtype, output, model, ok) rows: the models every output fits,
+    and the outputs ("dtype output") no model fits."""
+    whole = [m for m, ok in fit.groupby("model", sort=True)["ok"].all().items() if ok]
+    per = fit.groupby(["out_dtype", "output"], sort=False)["ok"].any()
+    return whole, [f"{dt} {out}" for (dt, out), ok in per.items() if not ok]
+
+
+def models(d: pd.DataFrame) -> dict:
+    """Per implementation, out dtype and output: the models within budget (every measured check
+    against model:<name> passed); one verdict line per implementation, as `harness identify` says it."""
+    m = d[d["reference"].str.startswith("model:") & d["status"].isin(["pass", "fail"])]
+    m = m.assign(model=m["reference"].str.removeprefix("model:"), _pass=m["status"] == "pass")
+    fit = m.groupby(["impl", "out_dtype", "output", "model"], sort=False).agg(
+        checks=("_pass", "size"), passed=("_pass", "sum")).reset_index()
+    fit["ok"] = fit["checks"] == fit["passed"]
+    names = sorted(fit["model"].unique())
+    declared = d[d["rounding"] != ""].groupby("impl", sort=False)["rounding"].first().to_dict()
+    impls, rows = [], []
+    for impl in sorted(d["impl"].unique()):
+        f, own = fit[fit["impl"] == impl], declared.get(impl, "")
+        if f.empty:
+            impls.append({"impl": impl, "declared": own, "line": f"{impl}: no model check was measured"})
+            continue
+        whole, none = realised(f)
+        if whole:
+            line = f"{impl} realises {' = '.join(whole)}" + (" (the models coincide on these cases)"
+                                                             if len(whole) > 1 else "")
+            if own and own not in whole:
+                line += f"; it declares {own}"
+        else:
+            line = f"{impl} realises no single declared model: " + (
+                f"{', '.join(none)} fit none" if none else "each output fits some model, no one model fits all")
+        if f["model"].nunique() == 1:
+            line += " (only one model measured; harness identify measures every built-in model)"
+        impls.append({"impl": impl, "declared": own, "line": line})
+        for (dt, out), g in sort_keys(f, ["out_dtype", "output"]).groupby(["out_dtype", "output"], sort=False):
+            by = {r.model: r for r in g.itertuples()}
+            cells = []
+            for name in names:
+                r, star = by.get(name), " ★" if name == own else ""
+                if r is None:
+                    cells.append(("–" + star, "c-na", "not measured"))
+                else:
+                    cells.append((("within" if r.ok else f"{r.checks - r.passed} of {r.checks} over") + star,
+                                  "c-ok" if r.ok else "c-over", f"model:{name}: {r.passed} of {r.checks} passed"))
+            within = ", ".join(n for n in names if n in by and by[n].ok) or "none"
+            rows.append({"key": [impl, dt, out], "cells": cells, "within": within})
+    return {"names": names, "impls": impls, "rows": rows}
 
 
 def _cell(r) -> tuple[str, str, str]:
@@ -198,44 +140,118 @@ def _cell(r) -> tuple[str, str, str]:
     ratio = worst / r.budget if r.budget and r.budget == r.budget else np.nan
     cls = ("c-over" if r.fail or r.error or ratio > 1 else "c-close" if ratio > 0.75
            else "c-ok" if ratio == ratio or worst == 0 else "c-na")
-    tip = (f"{r.reference} ({r.regime}): budget {r.budget:.4g} {r.metric}, margin {r.margin:.4g}, "
-           f"{r.fail} failed, {r.error} errored of {r.checks}")
+    tip = (f"{r.full_ref} ({r.regime}): budget {r.budget:.4g} {r.metric}, margin {r.margin:.4g}, "
+           f"{r.fail} failed, {r.error} errored, {r.skip} skipped of {r.checks}")
     return text or "–", cls, tip
 
 
-def accuracy(summary: pd.DataFrame) -> dict:
-    """Implementations side by side; rows out_dtype x output x reference kind (the model
-    reference is named per rounding, model:<rounding>, so it is grouped as 'model')."""
-    s = summary.assign(ref_kind=summary["reference"].str.split(":").str[0])
-    s = sort_keys(s, ["out_dtype", "output", "ref_kind", "regime", "impl"])
+def accuracy(summary: pd.DataFrame, declared: dict) -> dict:
+    """Implementations side by side; rows out dtype x output x reference x regime. Each
+    implementation's own model shares one row ("declared model"; the tooltip names it); other
+    models (identify runs) keep their names."""
+    if summary.empty:
+        return {"impls": [], "rows": []}
+    own = summary["impl"].map(lambda i: declared.get(i, ""))
+    is_own = (summary["reference"] == "model:" + own) | ((own == "") & summary["reference"].str.startswith("model:"))
+    s = summary.assign(full_ref=summary["reference"], reference=summary["reference"].where(~is_own, "declared model"))
+    s = sort_keys(s, ["out_dtype", "output", "reference", "regime", "impl"])
     impls = sorted(s["impl"].unique())
     rows = []
-    for (dt, out, ref, regime), g in s.groupby(["out_dtype", "output", "ref_kind", "regime"], sort=False):
+    for (dt, out, ref, regime), g in s.groupby(["out_dtype", "output", "reference", "regime"], sort=False):
         by = {r.impl: _cell(r) for r in g.itertuples()}
         metric = next((m for m in g["metric"] if m), "")
-        rows.append({"key": [dt, out, f"{ref} ({regime})", f"worst {metric}"],
+        rows.append({"key": [dt, out, ref, regime, f"worst {metric}"],
                      "cells": [by.get(i, ("", "c-na", "not run")) for i in impls]})
     return {"impls": impls, "rows": rows}
 
 
 def worst(d: pd.DataFrame) -> dict:
-    r = d[d["_ratio"].notna()].sort_values("_ratio", ascending=False)
-    top = r.head(WORST_N).assign(
-        value=lambda x: _num(x["_value"]), ratio=lambda x: _num(x["_ratio"], ".3g"),
-        budget_s=lambda x: _num(x["budget"]), got=lambda x: _num(x["worst_got"], ".9g"),
-        ref=lambda x: _num(x["worst_ref"], ".9g"))
-    cases = top[["impl", "label", "out_dtype", "output", "reference", "status", "budget_metric", "value",
-                 "budget_s", "ratio", "worst_index", "worst_inputs", "got", "ref", "replay"]]
+    """Cards: the worst failing check of every (impl, out dtype) that failed, then the worst
+    remaining measured checks by worst/budget up to WORST_N cards. A failure without a measurement
+    (wrong dtype, a NaN reference) ranks as its group's worst."""
+    key = d["_ratio"].where(d["status"] != "fail", d["_ratio"].fillna(np.inf))
+    cand = d.assign(_key=key)[key.notna()].sort_values("_key", ascending=False, kind="stable")
+    reps = cand[cand["status"] == "fail"].drop_duplicates(["impl", "out_dtype"])
+    # the rest by measured ratio only: repeats of one unmeasurable failure would crowd out the others
+    rest = cand[cand["_ratio"].notna()].drop(reps.index, errors="ignore").head(max(WORST_N - len(reps), 0))
+    top = pd.concat([reps, rest]).sort_values("_key", ascending=False, kind="stable")
+    top = top.assign(value=_num(top["_value"]), ratio=_num(top["_ratio"], ".3g"), budget_s=_num(top["budget"]),
+                     got=_num(top["worst_got"], ".9g"), ref=_num(top["worst_ref"], ".9g"))
+    cases = top[["impl", "case_id", "label", "out_dtype", "output", "reference", "status", "budget_metric", "value",
+                 "budget_s", "ratio", "worst_index", "worst_inputs", "got", "ref", "reason", "replay"]]
     cases = cases.astype(object).where(cases.notna(), "").astype(str).to_dict("records")
-    ordered = pd.concat([r, d[d["_ratio"].isna()]])
+    ordered = pd.concat([d[d["_ratio"].notna()].sort_values("_ratio", ascending=False), d[d["_ratio"].isna()]])
     ordered = ordered.assign(**{c: _num(ordered[c]) for c in ["max_ulp", "mean_ulp", "max_scaled_err", "budget"]},
                              ratio=_num(ordered["_ratio"], ".3g"))
-    all_rows = _table(ordered, {"impl": "impl", "label": "case", "out_dtype": "out dtype", "output": "output",
-                                "reference": "reference", "status": "status", "max_ulp": "max ULP",
-                                "mean_ulp": "mean ULP", "max_scaled_err": "max scaled", "budget": "budget",
-                                "ratio": "worst/budget"}, cap=ALL_ROWS_CAP,
-                      note="Sorted by worst/budget, highest first.")
-    return {"cases": cases, "all": all_rows}
+    all_rows = _table(ordered, {"impl": "impl", "case_id": "case id", "label": "case", "out_dtype": "out dtype",
+                                "output": "output", "reference": "reference", "regime": "regime",
+                                "status": "status", "max_ulp": "max ULP", "mean_ulp": "mean ULP",
+                                "max_scaled_err": "max scaled", "budget": "budget", "ratio": "worst/budget"},
+                      cap=ALL_ROWS_CAP, note="Sorted by worst/budget, highest first.")
+    return {"cases": cases, "groups": len(reps), "all": all_rows}
+
+
+def _ms(s: pd.Series) -> pd.Series:
+    return _num(s * 1e3)
+
+
+def speed(d: pd.DataFrame) -> dict:
+    """Per implementation: the median warm forward + backward time over its timed cases and at its
+    largest case (tokens x hidden), the share of the copy-bandwidth floor (CUDA rows only), beside
+    its worst normal-regime errors against its declared model and the exact value."""
+    pairs = d.drop_duplicates(PAIR)
+    pairs = pairs.assign(_size=(pairs["tokens"] * pairs["hidden"]).fillna(pairs["n_elements"]))
+    timed = pairs[pairs["impl_seconds"].notna()]
+    normal = d[d["regime"] != "extreme"]
+    rows = []
+    for impl in sorted(d["impl"].unique()):
+        t, r = timed[timed["impl"] == impl], normal[normal["impl"] == impl]
+        big = t.loc[t["_size"].fillna(-1).idxmax()] if len(t) else None
+        own = r[r["reference"] != "exact"]
+        exact = r[r["reference"] == "exact"]
+        rows.append({"impl": impl, "model": next((x for x in d.loc[d["impl"] == impl, "rounding"] if x), ""),
+                     "n": len(t), "median": t["impl_seconds"].median(),
+                     "big": np.nan if big is None else big["impl_seconds"],
+                     "big_case": "" if big is None else big["label"],
+                     "floor": t["floor_fraction"].median(),
+                     "floor_big": np.nan if big is None else big["floor_fraction"],
+                     "ulp_m": own["max_ulp"].max(), "sc_m": own["max_scaled_err"].max(),
+                     "ulp_x": exact["max_ulp"].max(), "sc_x": exact["max_scaled_err"].max(),
+                     "ratio": r["_ratio"].max()})
+    s = pd.DataFrame(rows, columns=["impl", "model", "n", "median", "big", "big_case", "floor", "floor_big",
+                                    "ulp_m", "sc_m", "ulp_x", "sc_x", "ratio"])
+    has_floor = bool(s["floor"].notna().any())
+    s = s.assign(median=_ms(s["median"]), big=_ms(s["big"]), floor=_num(s["floor"] * 100, ".1f"),
+                 floor_big=_num(s["floor_big"] * 100, ".1f"),
+                 ratio=_num(s["ratio"], ".3g"), **{c: _num(s[c]) for c in ("ulp_m", "sc_m", "ulp_x", "sc_x")})
+    cols = {"impl": "impl", "model": "declared model", "n": "cases timed", "median": "median time (ms)",
+            "big": "time at largest case (ms)", "big_case": "largest case"}
+    if has_floor:
+        cols |= {"floor": "median % of bandwidth floor", "floor_big": "% of floor at largest case"}
+    cols |= {"ulp_m": "worst ULP vs model", "sc_m": "worst scaled vs model", "ulp_x": "worst ULP vs exact",
+             "sc_x": "worst scaled vs exact", "ratio": "worst / budget"}
+    # plotted against the exact value: against its own model every correct implementation sits
+    # just under 1 (its error at most half an ULP, the budget half an ULP), whatever its accuracy
+    exact = d[d["reference"] == "exact"]
+    ratio = exact.groupby(PAIR, sort=False)["_ratio"].max().rename("_ratio").reset_index()
+    plot_pairs = timed.drop(columns="_ratio").merge(ratio, on=PAIR, how="left")
+    return {"table": _table(s, cols), "has_floor": has_floor, "timed": int(len(timed)),
+            "plot": plots.speed(plot_pairs)}
+
+
+def determinism(d: pd.DataFrame) -> dict:
+    """The outputs whose second call on the same inputs gave other bits (one row per case,
+    implementation and output: repeatability does not depend on the reference)."""
+    r = d[d["status"].isin(["pass", "fail"])].drop_duplicates(PAIR + ["output"])
+    measured = r[_flag(r["repeatable"], ("true", "1", "1.0", "false", "0", "0.0"))]
+    bad = measured[_flag(measured["repeatable"], ("false", "0", "0.0"))]
+    bad = sort_keys(bad, ["impl", "case_id", "output"])
+    diff = bad["differing_elements"].fillna(0)
+    bad = bad.assign(differing=np.where(diff > 0, _num(diff, ".0f"), "second call raised"))
+    table = _table(bad, {"impl": "impl", "case_id": "case id", "label": "case", "output": "output",
+                         "differing": "differing elements"}, cap=TABLE_CAP)
+    return {"measured": len(measured), "pairs": int(measured.drop_duplicates(PAIR).shape[0]), "bad": len(bad),
+            "table": table}
 
 
 def baseline_diff(d: pd.DataFrame, baseline: pd.DataFrame) -> dict:
@@ -275,28 +291,38 @@ def baseline_diff(d: pd.DataFrame, baseline: pd.DataFrame) -> dict:
 
 # ---------------------------------------------------------------- entry points
 
-def _prepare(df: pd.DataFrame) -> pd.DataFrame:
+def prepare(df: pd.DataFrame) -> pd.DataFrame:
+    """Normalised rows plus `_value` (the gated metric's worst), `_ratio` (worst / budget) and
+    `_gated` (a check against exact or the row's declared model; a row without a `rounding`
+    counts any model as declared)."""
     d = normalize(df)
-    return d.assign(_value=worst_value(d), _ratio=budget_ratio(d),
-                    label=d["label"].fillna(d["case_id"]), reason=d["reason"].fillna(""))
+    for c in NUMERIC:
+        d[c] = pd.to_numeric(d[c], errors="coerce")
+    ref = d["reference"]
+    own = ref == "model:" + d["rounding"]
+    gated = (ref == "exact") | own | ((d["rounding"] == "") & ref.str.startswith("model:"))
+    return d.assign(_value=worst_value(d), _ratio=budget_ratio(d), _gated=gated,
+                    label=d["label"].where(d["label"] != "", d["case_id"]))
 
 
 def render_report(data, path: Path) -> Path:
     """report.html from a reports.outputs.RunData, written atomically."""
-    d = _prepare(data.results)
+    d = prepare(data.results)
+    g = d[d["_gated"]]
     summary = data.summary
+    declared = d[d["rounding"] != ""].groupby("impl")["rounding"].first().to_dict()
     jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                               undefined=jinja2.StrictUndefined)
     html = jenv.get_template("report.html").render(
         title=data.title or "Gated RMSNorm precision report",
         verdict=verdict(d, data.exit_code),
-        accuracy=accuracy(summary),
+        models=models(d),
+        accuracy=accuracy(summary, declared),
         summary=_table(summary.assign(**{c: _num(summary[c]) for c in ["worst", "budget", "margin", "max_ulp",
                                                                          "max_scaled_err"]}),
                        {c: c for c in summary.columns}),
-        histograms=plot_histograms(d),
-        heatmap=plot_heatmap(d), gate=plot_gate(d),
-        worst=worst(d),
+        histograms=plots.histograms(g), heatmap=plots.heatmap(g), gate=plots.gate(g),
+        worst=worst(g), speed=speed(g), determinism=determinism(d),
         baseline=None if data.baseline is None else baseline_diff(d, data.baseline),
         env={str(k): str(v) for k, v in (data.env or {}).items()},
     )

@@ -1,0 +1,178 @@
+"""The report's plots, each a base64 PNG data URI (the page fetches nothing). They draw on a
+Figure with an Agg canvas, not pyplot: no global backend switch, no figure registry to leak.
+
+Every function takes the prepared frame of harness.reports.html (normalised rows with `_ratio`,
+worst / budget) already narrowed to the rows it should draw, and returns None (or []) when there
+is nothing to draw. Few axes per figure and fixed margins: drawing and laying out axes is what
+costs time, not rows."""
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from harness.reports.summary import sort_keys
+
+OUTPUT_ORDER = ("y", "dx", "dgate", "dweight")
+
+
+def png(fig: Figure) -> str:
+    buf = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buf)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def text(v) -> str:
+    """A data value as plot text: a `$` pair would start matplotlib's mathtext (and a malformed
+    one raise), so every `$` is escaped."""
+    return str(v).replace("$", r"\$")
+
+
+def _ordered(d: pd.DataFrame, col: str) -> list:
+    return list(dict.fromkeys(sort_keys(d[[col]].drop_duplicates(), [col])[col]))
+
+
+# right-closed ULP bins: 0 exactly, (0, .5], (.5, 1], (1, 2], ... , > 2^16
+EDGES = np.array([0.0, 0.5] + [2.0 ** k for k in range(17)] + [np.inf])
+LABELS = ["0", "≤½"] + [f"≤{2 ** k}" if k < 10 else f"≤2^{k}" for k in range(17)] + [">2^16"]
+
+
+def ulp_bins(v: np.ndarray) -> np.ndarray:
+    return np.bincount(np.searchsorted(EDGES, v, side="left"), minlength=len(EDGES))
+
+
+def histograms(d: pd.DataFrame) -> list[dict]:
+    """Grid of out_dtype (rows) x output (columns); in each panel one step histogram per
+    implementation and reference kind (solid: exact, dotted: its declared model) of per-row max_ulp
+    (results.csv holds per-row reductions, not elements), as a fraction of those rows. Dashed red:
+    finite ULP budgets."""
+    d = d[d["max_ulp"].notna()]
+    if d.empty:
+        return []
+    dts, outs = _ordered(d, "out_dtype"), _ordered(d, "output")
+    d = d.assign(_ref=np.where(d["reference"] == "exact", "exact", "model"))
+    lines = sort_keys(d[["impl", "_ref"]].drop_duplicates(), ["impl", "_ref"])
+    colour = {impl: f"C{k % 10}" for k, impl in enumerate(dict.fromkeys(lines["impl"]))}
+    counts = {k: ulp_bins(g["max_ulp"].to_numpy()) for k, g in d.groupby(["out_dtype", "output", "impl", "_ref"])}
+    nb = max(4, max(int(np.flatnonzero(c).max()) + 1 for c in counts.values()))
+    # an infinite budget means "not gated": no line for it
+    ulp_b = d[(d["budget_metric"] == "ulp") & np.isfinite(d["budget"])]
+    budgets = ulp_b.groupby(["out_dtype", "output"])["budget"].unique()
+    legend_in = 0.3 + 0.2 * -(-len(lines) // 6)            # inches the legend rows need on top
+    height = 1.9 * len(dts) + 0.7 + legend_in
+    fig = Figure(figsize=(2.9 * len(outs) + 0.4, height), dpi=80)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.6 / height + 0.01, top=1 - legend_in / height,
+                        hspace=0.45, wspace=0.2)
+    axes = fig.subplots(len(dts), len(outs), squeeze=False, sharex=True)
+    x = np.arange(nb)
+    for i, dt in enumerate(dts):
+        for j, out in enumerate(outs):
+            ax = axes[i][j]
+            for impl, ref in lines.itertuples(index=False):
+                c = counts.get((dt, out, impl, ref))
+                if c is not None:
+                    ax.step(x, c[:nb] / c.sum(), where="mid", color=colour[impl], lw=1.3,
+                            ls="-" if ref == "exact" else ":")
+            for b in budgets.get((dt, out), []):
+                ax.axvline(np.searchsorted(EDGES, b, side="left"), color="#c0392b", ls="--", lw=1)
+            ax.set_title(text(f"{dt} {out}"), fontsize=9)
+            ax.tick_params(labelsize=7)
+    step = 1 if nb <= 10 else 2        # every other label when the axis is crowded
+    for ax in axes[-1]:
+        ax.set_xticks(x[::step], LABELS[:nb:step], rotation=60)
+    keys = [Line2D([], [], color=colour[impl], ls="-" if ref == "exact" else ":", label=text(f"{impl} vs {ref}"))
+            for impl, ref in lines.itertuples(index=False)]
+    fig.legend(handles=keys, loc="upper center", ncols=min(len(keys), 6), fontsize=8, frameon=False)
+    return [{"title": "max ULP per row, fraction of rows", "img": png(fig)}]
+
+
+def _hidden_bucket(h: pd.Series) -> pd.Series:
+    """Exact hidden sizes when few, else power-of-two buckets so the heatmap stays readable."""
+    if h.nunique() <= 16:
+        return h.astype(int)
+    return (2 ** np.ceil(np.log2(h.clip(lower=1)))).astype(int)
+
+
+def heatmap(d: pd.DataFrame) -> str | None:
+    """Worst error / budget per out_dtype x hidden size, one panel per output."""
+    d = d[d["hidden"].notna() & d["_ratio"].notna()]
+    if d.empty:
+        return None
+    d = d.assign(_h=_hidden_bucket(d["hidden"]))
+    outs = _ordered(d, "output")
+    fig = Figure(figsize=(min(4.5 * len(outs), 18) + 1.0, 3.2), dpi=72)
+    fig.subplots_adjust(left=0.06, right=0.9, bottom=0.27, top=0.9, wspace=0.3)
+    axes = fig.subplots(1, len(outs), squeeze=False)[0]
+    im = None
+    for ax, out in zip(axes, outs):
+        p = d[d["output"] == out].pivot_table(index="out_dtype", columns="_h", values="_ratio", aggfunc="max")
+        p = p.reindex(sort_keys(pd.DataFrame({"out_dtype": p.index}), ["out_dtype"])["out_dtype"])
+        z = np.log10(np.clip(p.to_numpy(dtype=float), 1e-3, 1e3))
+        im = ax.imshow(z, cmap="RdYlGn_r", vmin=-2, vmax=1, aspect="auto")
+        ax.set_xticks(range(p.shape[1]), [str(c) for c in p.columns], rotation=60, fontsize=7)
+        ax.set_yticks(range(p.shape[0]), [text(i) for i in p.index], fontsize=8)
+        if p.size <= 64:
+            for (i, j), v in np.ndenumerate(p.to_numpy(dtype=float)):
+                if v == v:
+                    ax.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=7)
+        ax.set_title(text(f"{out}: worst / budget"), fontsize=9)
+        ax.set_xlabel("hidden", fontsize=8)
+    fig.colorbar(im, cax=fig.add_axes((0.92, 0.27, 0.015, 0.63)), label="log10(worst / budget)")
+    return png(fig)
+
+
+def gate(d: pd.DataFrame) -> str | None:
+    """Worst error / budget by gate distribution (SiLUGate): one bar per output."""
+    d = d[(d["gate_dist"] != "") & d["_ratio"].notna()]
+    if d.empty:
+        return None
+    p = d.pivot_table(index="gate_dist", columns="output", values="_ratio", aggfunc="max")
+    p = p[[c for c in OUTPUT_ORDER if c in p.columns] + [c for c in p.columns if c not in OUTPUT_ORDER]]
+    fig = Figure(figsize=(max(5.0, 1.1 * len(p) + 2), 3.2), dpi=72)
+    fig.subplots_adjust(left=0.12, right=0.98, bottom=0.3, top=0.9)
+    ax = fig.subplots()
+    w = 0.8 / max(p.shape[1], 1)
+    x = np.arange(len(p))
+    for k, out in enumerate(p.columns):
+        ax.bar(x + k * w - 0.4 + w / 2, np.clip(p[out].to_numpy(dtype=float), 1e-3, 1e3), width=w, label=text(out))
+    ax.axhline(1.0, color="#c0392b", ls="--", lw=1)
+    ax.set_yscale("log")
+    ax.set_xticks(x, [text(i) for i in p.index], rotation=30, fontsize=8)
+    ax.set_ylabel("worst / budget", fontsize=8)
+    ax.legend(fontsize=7, ncols=min(4, p.shape[1]))
+    ax.set_title("worst error vs gate distribution (1 = at budget)", fontsize=9)
+    return png(fig)
+
+
+def speed(pairs: pd.DataFrame) -> str | None:
+    """Time against accuracy: one small point per (case, implementation) — its median warm
+    forward + backward time and the worst worst/budget of its checks against the exact value — and
+    one large point per implementation (median time, worst ratio). Ratios are clipped to
+    [1e-3, 1e3] so a 0 error (or an extreme-regime check's infinite budget) still shows, at the
+    bottom."""
+    p = pairs[pairs["impl_seconds"].notna() & (pairs["impl_seconds"] > 0) & pairs["_ratio"].notna()]
+    if p.empty:
+        return None
+    fig = Figure(figsize=(7.5, 3.8), dpi=72)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.14, top=0.92)
+    ax = fig.subplots()
+    for k, (impl, g) in enumerate(p.groupby("impl", sort=True)):
+        c = f"C{k % 10}"
+        y = np.clip(g["_ratio"].to_numpy(dtype=float), 1e-3, 1e3)
+        ax.scatter(g["impl_seconds"] * 1e3, y, s=9, color=c, alpha=0.45, linewidths=0)
+        ax.scatter([g["impl_seconds"].median() * 1e3], [y.max()], s=90, color=c, marker="D",
+                   edgecolors="black", label=text(impl))
+    ax.axhline(1.0, color="#c0392b", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("forward + backward time, ms (median of warm calls)", fontsize=8)
+    ax.set_ylabel("worst error / budget, vs exact", fontsize=8)
+    ax.set_title("time vs worst error against the exact value (dots: cases; diamonds: median time, worst case)",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    return png(fig)
