@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.references.atomic import atomic_write
 from harness.reports import plots
+from harness.reports.realised import model_fits, verdict_line
 from harness.reports.schema import STATUSES
 from harness.reports.summary import budget_ratio, normalize, sort_keys, worst_value
 
@@ -80,22 +81,10 @@ def verdict(d: pd.DataFrame, exit_code: int) -> dict:
             "skips": skips, "by_impl": _table(by_impl, {"impl": "impl", **{s: s for s in STATUSES}})}
 
 
-def realised(fit: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """From one implementation's (out_dtype, output, model, ok) rows: the models every output fits,
-    and the outputs ("dtype output") no model fits."""
-    whole = [m for m, ok in fit.groupby("model", sort=True)["ok"].all().items() if ok]
-    per = fit.groupby(["out_dtype", "output"], sort=False)["ok"].any()
-    return whole, [f"{dt} {out}" for (dt, out), ok in per.items() if not ok]
-
-
 def models(d: pd.DataFrame) -> dict:
     """Per implementation, out dtype and output: the models within budget (every measured check
     against model:<name> passed); one verdict line per implementation, as `harness identify` says it."""
-    m = d[d["reference"].str.startswith("model:") & d["status"].isin(["pass", "fail"])]
-    m = m.assign(model=m["reference"].str.removeprefix("model:"), _pass=m["status"] == "pass")
-    fit = m.groupby(["impl", "out_dtype", "output", "model"], sort=False).agg(
-        checks=("_pass", "size"), passed=("_pass", "sum")).reset_index()
-    fit["ok"] = fit["checks"] == fit["passed"]
+    fit = model_fits(d)
     names = sorted(fit["model"].unique())
     declared = d[d["rounding"] != ""].groupby("impl", sort=False)["rounding"].first().to_dict()
     impls, rows = [], []
@@ -104,15 +93,7 @@ def models(d: pd.DataFrame) -> dict:
         if f.empty:
             impls.append({"impl": impl, "declared": own, "line": f"{impl}: no model check was measured"})
             continue
-        whole, none = realised(f)
-        if whole:
-            line = f"{impl} realises {' = '.join(whole)}" + (" (the models coincide on these cases)"
-                                                             if len(whole) > 1 else "")
-            if own and own not in whole:
-                line += f"; it declares {own}"
-        else:
-            line = f"{impl} realises no single declared model: " + (
-                f"{', '.join(none)} fit none" if none else "each output fits some model, no one model fits all")
+        line = verdict_line(impl, f, own)
         if f["model"].nunique() == 1:
             line += " (only one model measured; harness identify measures every built-in model)"
         impls.append({"impl": impl, "declared": own, "line": line})

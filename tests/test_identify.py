@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.commands.identify import fits, format_identify, realised
+from harness.commands.identify import format_identify
+from harness.reports.realised import model_fits, realised
 
 SUITE = """
 [[group]]
@@ -59,7 +60,7 @@ def test_verdict_logic_on_hand_made_rows():
             rows.append({"impl": "k", "out_dtype": "bf16", "output": out, "reference": f"model:{model}",
                          "status": "pass" if ok else "fail"})
     df = pd.DataFrame(rows)
-    whole, none = realised(fits(df), "k")
+    whole, none = realised(model_fits(df))
     assert whole == [] and none == []                       # each output fits one model, none fits all
     code, lines = format_identify(df)
     assert code == 1 and "no one model fits all" in lines[-1]

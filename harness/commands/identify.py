@@ -13,41 +13,21 @@ from harness.api import plan, run_plan
 from harness.commands import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Progress, err
 from harness.references.errors import UsageError
 from harness.references.models import builtin_models
+from harness.reports.realised import model_fits, realised, verdict_line
 from harness.reports.summary import sort_keys
 
 
-def fits(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (impl, out_dtype, output, model): whether every measured model check passed."""
-    d = df[df["reference"].astype(str).str.startswith("model:") & df["status"].isin(["pass", "fail"])]
-    d = d.assign(model=d["reference"].str.removeprefix("model:"), ok=d["status"] == "pass")
-    return d.groupby(["impl", "out_dtype", "output", "model"], sort=False)["ok"].all().reset_index()
-
-
-def realised(table: pd.DataFrame, impl: str) -> tuple[list[str], list[str]]:
-    """(the models every output of `impl` fits, the outputs (dtype output) no model fits)."""
-    t = table[table["impl"] == impl]
-    models = sorted(set(t["model"]))
-    whole = [m for m in models if bool(t[t["model"] == m]["ok"].all())]
-    per = t.groupby(["out_dtype", "output"])["ok"].any()
-    return whole, [f"{dt} {out}" for (dt, out), ok in per.items() if not ok]
-
-
 def format_identify(df: pd.DataFrame) -> tuple[int, list[str]]:
-    table = fits(df)
+    table = model_fits(df)
     lines, code = [], EXIT_OK
     for impl in dict.fromkeys(table["impl"]):
         t = sort_keys(table[table["impl"] == impl], ["out_dtype", "output"])
         for (dt, out), g in t.groupby(["out_dtype", "output"], sort=False):
             within = ", ".join(g.loc[g["ok"], "model"]) or "none"
             lines.append(f"{impl:24s} {dt:5s} {out:8s} within budget of: {within}")
-        whole, none = realised(table, impl)
-        if whole:
-            lines.append(f"{impl} realises {' = '.join(whole)}" +
-                         (" (the models coincide on these cases)" if len(whole) > 1 else ""))
-        else:
+        if not realised(t)[0]:
             code = EXIT_FAIL
-            lines.append(f"{impl} realises no single declared model: " +
-                         (f"{', '.join(none)} fit none" if none else "each output fits some model, no one model fits all"))
+        lines.append(verdict_line(impl, t))
     if table.empty:
         return EXIT_USAGE, ["harness: identify: no model check was measured (every pair errored or was skipped)"]
     return code, lines

@@ -41,6 +41,7 @@ class Implementation:
     notes: str = ""
     variants: frozenset = frozenset(VARIANT_KWARGS)
     supports: Callable | None = field(default=None, compare=False)
+    findings: tuple[str, ...] = ()     # known departures from the contract (text of their fail reasons)
 
     def skip_reason(self, device: str) -> str | None:
         if self.unavailable:

@@ -45,6 +45,7 @@ class HfClass:
     rounding: str
     order: str         # "norm" (norm first only), "gate" (gate first only), "both"
     notes: str
+    findings: tuple = ()     # its known departures from the contract: reported, and known to selftest
 
     @property
     def module(self) -> str:
@@ -57,9 +58,11 @@ CLASSES = (
     HfClass("hf-falconh1", "falcon_h1", "FalconH1RMSNormGated", "fused", "both",
             "HF FalconH1RMSNormGated (n_groups = hidden / group_size): float32 throughout, one cast"),
     HfClass("hf-mamba2", "mamba2", "MambaRMSNormGated", "xhat", "gate",
-            "HF MambaRMSNormGated: gate first only, y = weight * xhat with no final cast"),
+            "HF MambaRMSNormGated: gate first only, y = weight * xhat with no final cast",
+            ("y dtype float32, expected",)),
     HfClass("hf-zamba2", "zamba2", "Zamba2RMSNormGated", "xhat", "gate",
-            "HF Zamba2RMSNormGated: gate first only, y = weight * xhat with no final cast"),
+            "HF Zamba2RMSNormGated: gate first only, y = weight * xhat with no final cast",
+            ("y dtype float32, expected",)),
 )
 
 
@@ -158,7 +161,7 @@ def implementation(c: HfClass) -> Implementation:
     if why:
         return Implementation(c.name, None, source="builtin", spec=c.name, unavailable=why, notes=c.notes)
     return from_factory(c.name, factory_for(c), "builtin", rounding=c.rounding, supports=supports_for(c),
-                        notes=c.notes)
+                        notes=c.notes, findings=c.findings)
 
 
 def implementations() -> list[Implementation]:
