@@ -67,11 +67,13 @@ def judge(spec: str, cases: str, device: str, out: Path, roots: list[str], timeo
     from harness.reports.rundir import RunDir
     module = _SPEC.match(spec)["module"]
     top = module.split(".")[0]
-    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
-        del sys.modules[name]                # imported at start-up (a .pth): not this commit's
-    sys.meta_path.insert(0, RootsFirst(top, roots))
     verdict = {"verdict": "skip", "why": "", "imported": "", "check": "", "checked": 0, "planned": 0}
     try:
+        if importlib.machinery.PathFinder.find_spec(top, roots) is None:
+            raise UsageError(f"--impl {spec}: no package {top!r} in the commit's import roots ({', '.join(roots)})")
+        for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+            del sys.modules[name]            # imported at start-up (a .pth): not this commit's
+        sys.meta_path.insert(0, RootsFirst(top, roots))
         impl = load_plugin(spec)
         verdict["imported"] = getattr(sys.modules.get(module), "__file__", None) or module
         p = plan(impl, cases, device)

@@ -10,20 +10,21 @@ id the case id and label. Each test runs its pair as `harness run` does (harness
 the plan checked by harness.api.plan) and fails with an AssertionError whose message is the failure
 record (harness.gate.failure_line: case id, output, reference, metric, value, budget, the worst
 element's inputs in hex, the replay command); skip rows are pytest skips with their reason.
-`explore(impl)` is one hypothesis test over harness.cases.strategies.cases(), under the active
-hypothesis profile (its example database, health checks, max_examples; only the deadline is set).
+`explore(impl)` is one hypothesis test over harness.cases.strategies.cases() under the active
+profile (its database, health checks, max_examples ...; only the deadline is set).
 
 Options: --harness-device, --harness-budgets FILE, --harness-out DIR (results.csv, summary.csv,
 report.html of every pair the session ran), --harness-regen (writes the measured maxima, never below
 the default budgets, to the --harness-budgets file at the end; tests over their default budget still
 fail, as pytest-regressions' --force-regen does), --harness-isolate. Give paths in one token
-(--harness-out=DIR): pytest takes an existing path among arguments it does not know yet as a
-rootdir candidate, and the node ids (xdist workers' too) would move with it.
+(--harness-out=DIR): pytest takes an existing path among the arguments it does not know yet as a
+rootdir candidate, and node ids (xdist workers') move with it.
 
 Isolation (--harness-isolate auto, as the CLI): pairs run in one persistent harness.worker process
 per pytest process and suite, so a kernel that crashes, exits or hangs is an error row and the
-session goes on; it costs one worker start (an interpreter importing torch) per pytest process, not
-per test. `inline` runs pairs in the pytest process: no start-up, but a crash ends the process.
+session goes on; it costs one worker start (an interpreter importing torch) per pytest process and
+suite, not per test. `inline` runs pairs in the pytest process: no start-up, but a kernel's crash or
+exit ends the session (an os._exit(0) without xdist: with status 0, as if it had passed).
 
 Sharding: `pytest -n N --dist loadgroup` (pytest-xdist); the tests of one compile key (hidden size
 and dtypes, harness.runner.compile_key) share an xdist_group, so each compile happens on one worker.
@@ -101,9 +102,7 @@ class _Suite:
 
 
 def _impl_name(impl) -> str:
-    if isinstance(impl, str):
-        return impl.split("=", 1)[0]
-    return getattr(impl, "name", None) or getattr(impl, "__name__", "impl")
+    return impl.split("=", 1)[0] if isinstance(impl, str) else getattr(impl, "name", None) or impl.__name__
 
 
 def case_test_id(case, impl_name: str = "") -> str:
@@ -176,11 +175,7 @@ class _Session:
         self.device, self.budgets = opt("harness_device", None), opt("harness_budgets", None)
         self.regen, self.isolate = opt("harness_regen", False), opt("harness_isolate", "auto")
         self.parts = Path(os.environ[PARTS_ENV]) if os.environ.get(PARTS_ENV) else None
-        self.out = opt("harness_out", None)
-        self.report: list[str] = []
-        self._plans: dict = {}
-        self._runners: dict = {}
-        self._rundir = None
+        self.out, self.report, self._plans, self._runners, self._rundir = opt("harness_out", None), [], {}, {}, None
 
     def plan(self, s: _Suite):
         from harness.api import plan
@@ -191,10 +186,9 @@ class _Session:
                                       budgets=None if self.regen else self.budgets)
             except UsageError as e:
                 self._plans[s] = e
-        p = self._plans[s]
-        if isinstance(p, Exception):
-            pytest.fail(f"harness: {p}", pytrace=False)
-        return p
+        if isinstance(self._plans[s], Exception):       # every test of the suite says so, in one line
+            pytest.fail(f"harness: {self._plans[s]}", pytrace=False)
+        return self._plans[s]
 
     def rows(self, s: _Suite, k: int, case) -> list[dict]:
         p = self.plan(s)
@@ -233,17 +227,16 @@ class _Session:
 
     def close(self) -> None:
         for run in self._runners.values():
-            getattr(run, "close", lambda: None)()
+            getattr(run, "close", lambda: None)()           # workers; inline runners have nothing to stop
 
 
 def _regen_note(bad: list[dict], path: str) -> str:
     from harness.budgets import REGEN_GROWTH_CAP
     from harness.references.metrics import get
-    grown, kept = 0, 0
-    for r in bad:
-        value, budget = float(r.get(get(r["budget_metric"]).column, math.nan)), float(r.get("budget", math.nan))
-        ok = r["status"] == "fail" and math.isfinite(value) and value <= REGEN_GROWTH_CAP * budget
-        grown, kept = grown + ok, kept + (not ok)
+    values = [(float(r.get(get(r["budget_metric"]).column, math.nan)), float(r.get("budget", math.nan)))
+              for r in bad if r["status"] == "fail"]
+    grown = sum(math.isfinite(v) and v <= REGEN_GROWTH_CAP * b for v, b in values)
+    kept = len(bad) - grown
     return (f"--harness-regen: {grown} check(s) over their default budget, their measured maxima go to {path} "
             f"at the end of the session; {kept} cannot be regenerated (error, non-finite, or beyond "
             f"{REGEN_GROWTH_CAP:g} x the default)")
@@ -270,7 +263,8 @@ class _worker:
         from harness.runner import worker_env
         from harness.worker import Worker
         env = worker_env(_threads(), None)
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(_project_paths() + _split_path(env.get("PYTHONPATH", ""))))
+        theirs = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(_project_paths() + theirs))
         self.p, self.w = p, Worker(p.settings, env)
 
     def __call__(self, case, impl) -> list[dict]:
@@ -290,10 +284,6 @@ class _worker:
 
     def close(self) -> None:
         self.w.close()
-
-
-def _split_path(value: str) -> list[str]:
-    return [p for p in value.split(os.pathsep) if p]
 
 
 def _project_paths() -> list[str]:
@@ -361,21 +351,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     frame = _merge(st.parts)
     if st.out and len(frame):
         from harness.api import Results
-        written = Results(frame, planned=len(frame)).write(st.out)
+        written = Results(frame, planned=len(frame[["case_id", "impl"]].drop_duplicates())).write(st.out)
         st.report.append(f"harness: wrote {', '.join(str(p) for p in written)}")
-    if st.regen and len(frame):
-        if _write_budgets(st, frame):
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if st.regen and len(frame) and _write_budgets(st, frame):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED        # a key that could not grow
     shutil.rmtree(st.parts, ignore_errors=True)
 
 
 def _merge(parts: Path):
     import pandas as pd
     from harness.reports.rundir import read_results
-    frames = [read_results(f) for f in sorted(parts.glob("*/results.csv"))]
-    if not frames:
-        return pd.DataFrame()
-    return pd.concat(frames, ignore_index=True).sort_values(["case_id", "impl"], kind="stable").reset_index(drop=True)
+    frames = [read_results(f) for f in sorted(parts.glob("*/results.csv"))]     # one per process
+    return pd.concat(frames, ignore_index=True).sort_values(["case_id", "impl"], kind="stable").reset_index(drop=True) \
+        if frames else pd.DataFrame()
 
 
 def _write_budgets(st: _Session, frame) -> bool:

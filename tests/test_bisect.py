@@ -271,3 +271,24 @@ def test_import_roots(tmp_path):
     (tmp_path / "src").mkdir()
     assert import_roots(tmp_path) == [(tmp_path / "src").resolve(), tmp_path.resolve()]
     assert import_roots(tmp_path, ["lib", "."]) == [(tmp_path / "lib").resolve(), tmp_path.resolve()]
+
+
+def test_plugin_spec(history, monkeypatch):
+    from harness.bisect import plugin_spec
+    from harness.references.errors import UsageError
+    _, _, _, site = history
+    monkeypatch.syspath_prepend(str(site))
+    assert plugin_spec("mykernel") == "mykernel=mykernel.norm:make"       # the installed entry point's value
+    assert plugin_spec("mine=pkg.mod:make") == "mine=pkg.mod:make"
+    for bad in ("torch", "nosuch", "mine=harness.impls.torch_ref:chain"):
+        with pytest.raises(UsageError):
+            plugin_spec(bad)
+
+
+def test_judge_refuses_a_module_outside_the_commit(tmp_path):
+    """A spec naming a package the commit does not have (here torch) is untestable: it would be
+    judged on the installed copy, never on the commit's code."""
+    from harness.bisect_judge import SKIP, judge
+    (tmp_path / "out").mkdir()
+    assert judge("t=torch.nn:Linear", "quick", "cpu", tmp_path / "out", [str(tmp_path)]) == SKIP
+    assert "no package 'torch' in the commit's import roots" in (tmp_path / "out" / "judge.json").read_text()

@@ -139,10 +139,13 @@ def test_one_test_per_case_grouped_by_compile_key():
 def test_failure_record_skips_isolation_and_out(project, tmp_path):
     test_file = ("import harness.pytest_plugin as hp\n"
                  f"test_k = hp.suite(['good=kern:good', 'bad=kern:bad', 'quits=kern:quits'], "
-                 f"cases={str(project / 'tiny.toml')!r})\n")
-    rc, out = session(project, tmp_path, test_file, "--harness-out", str(tmp_path / "out"), "--harness-device", "cpu")
+                 f"cases={str(project / 'tiny.toml')!r})\n"
+                 f"test_typo = hp.suite('nosuch', cases={str(project / 'tiny.toml')!r})\n")
+    rc, out = session(project, tmp_path, test_file, f"--harness-out={tmp_path / 'out'}", "--harness-device", "cpu")
     assert rc == 1, out
-    assert re.search(r"^4 failed, 1 passed, 1 skipped in ", out, re.M), out
+    assert re.search(r"^6 failed, 1 passed, 1 skipped in ", out, re.M), out
+    # a usage error (here an unknown implementation) is one line in each of the suite's tests
+    assert len(re.findall(r"^harness: --impl 'nosuch': unknown implementation", out, re.M)) == 2, out
     bf16 = Case("bf16", "bf16", "bf16", (4, 64), False, 1e-5, "standard", "normal", "one", 0).case_id
     fp16 = Case("fp16", "fp16", "fp16", (4, 64), False, 1e-5, "standard", "normal", "one", 0).case_id
     assert f"PASSED test_it.py::test_k[{bf16}-bf16_4x64_eps=1e-05_x:standard_gate:normal_gamma:one-good]" in out
