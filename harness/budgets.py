@@ -191,5 +191,12 @@ def budget_file_text(lines) -> str:
     w = csv.DictWriter(buf, fieldnames=FILE_COLUMNS, lineterminator="\n")
     w.writeheader()
     for ln in lines:
-        w.writerow({**ln, "budget": f"{ln['budget']:.6g}"})
+        w.writerow({**ln, "budget": _budget_text(ln["budget"])})
     return buf.getvalue()
+
+
+def _budget_text(v: float) -> str:
+    """Six significant digits unless that reads back below the budget (a default such as
+    2.00439453125 must not come back as 2.00439): then every digit."""
+    short = f"{v:.6g}"
+    return short if float(short) >= v else repr(float(v))

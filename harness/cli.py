@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--impl", required=True, help="NAME=MODULE:ATTR or an entry point's name")
     bi.add_argument("--cases", default="quick")
     bi.add_argument("--build")
+    bi.add_argument("--path", action="append", default=[],
+                    help="import root inside REPO, put first on PYTHONPATH (repeatable; default: src/ if present, and REPO)")
     bi.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
 
     e = sub.add_parser("exhaustive", help="every finite (x, gate) pair of bf16/fp16 through SiLUGate")

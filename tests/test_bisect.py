@@ -1,11 +1,13 @@
-"""`harness bisect` end to end on a throwaway git repository holding a plug-in implementation:
-good commits, a commit that does not import (skipped), a fix, a precision regression (SiLU in
-bf16), more commits. The user's repository must come out exactly as it went in."""
+"""`harness bisect` end to end on a throwaway git repository with a src/ layout: good commits, a
+commit that does not import (skipped), a fix, a precision regression (SiLU in bf16), more commits.
+The user's checkout (at the regression) is also what an editable install's finder — put first on
+sys.meta_path, as some build backends do — would import: each step must import its own commit.
+The user's repository must come out exactly as it went in."""
 from __future__ import annotations
 
 import os
 import subprocess
-import textwrap
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,48 +20,73 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
            "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
 
 GOOD_IMPL = """\
-from harness.impls.torch_ref import GatedRMSNorm
+from harness.impls.torch_ref import chain
 
 
 def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-    return GatedRMSNorm(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
-                        dtype=dtype, device=device)
+    return chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
 
 
 make.rounding = "chain"
+make.supports = lambda case: "no fp16 kernel" if case.dtype == "fp16" else None
 """
 
 # The regression: SiLU evaluated in bf16 instead of float32.
 BAD_IMPL = """\
 import torch
 import torch.nn.functional as F
-from harness.impls.torch_ref import GatedRMSNorm
+from torch import nn
 
 
-class Fast(GatedRMSNorm):
+class Fast(nn.Module):
+    def __init__(self, hidden_size, *, eps, zero_centered_gamma, dtype, device):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype, device=device))
+        self.eps, self.zc = eps, zero_centered_gamma
+
     def forward(self, x, gate):
         xf = x.float()
-        g = self.weight.float() + (1 if self.zero_centered_gamma else 0)
+        g = self.weight.float() + (1 if self.zc else 0)
         n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * g).to(x.dtype)
         return (n.float() * F.silu(gate.to(torch.bfloat16)).float()).to(x.dtype)
 
 
 def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-    return Fast(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
-                dtype=dtype, device=device)
+    return Fast(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
 
 
 make.rounding = "chain"
+make.supports = lambda case: "no fp16 kernel" if case.dtype == "fp16" else None
 """
 
 SUITE = """\
 name = "bisect-tiny"
-description = "two small bf16 cases: enough to see a bf16 SiLU, a few seconds per commit"
+description = "two small bf16 cases (enough to see a bf16 SiLU) and an fp16 one the plug-in skips"
 [[group]]
 dtype = ["bf16"]
 shape = [[4, 64]]
-gate_dist = ["normal"]
 seeds = [0, 1]
+[[case]]
+dtype = "fp16"
+shape = [4, 64]
+"""
+
+# What an editable install's finder does (setuptools appends its own to sys.meta_path; others put
+# theirs first): map the package to the user's checkout, whatever sys.path says.
+EDITABLE_FINDER = """\
+import importlib.machinery
+import sys
+
+
+class _Editable:
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname == "mykernel":
+            return importlib.machinery.PathFinder.find_spec(fullname, [{src!r}])
+        return None
+
+
+sys.meta_path.insert(0, _Editable)
 """
 
 
@@ -70,10 +97,14 @@ def git(repo, *args) -> str:
 
 def commit(repo: Path, files: dict[str, str], msg: str) -> str:
     for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", msg)
     return git(repo, "rev-parse", "HEAD")
+
+
+NORM = "src/mykernel/norm.py"
 
 
 @pytest.fixture(scope="module")
@@ -83,19 +114,26 @@ def history(tmp_path_factory):
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     c = {}
-    c["base"] = commit(repo, {"myimpl.py": GOOD_IMPL, "README": "v0\n"}, "base")
+    c["base"] = commit(repo, {NORM: GOOD_IMPL, "src/mykernel/__init__.py": "", "README": "v0\n"}, "base")
     c["readme1"] = commit(repo, {"README": "v1\n"}, "readme 1")
-    c["comment"] = commit(repo, {"myimpl.py": "# tidy\n" + GOOD_IMPL}, "comment")
-    c["broken"] = commit(repo, {"myimpl.py": "def make(:\n"}, "wip: does not import")
-    c["fixed"] = commit(repo, {"myimpl.py": GOOD_IMPL}, "fix import")
-    c["regress"] = commit(repo, {"myimpl.py": BAD_IMPL}, "faster SiLU")
+    c["comment"] = commit(repo, {NORM: "# tidy\n" + GOOD_IMPL}, "comment")
+    c["broken"] = commit(repo, {NORM: "def make(:\n"}, "wip: does not import")
+    c["fixed"] = commit(repo, {NORM: GOOD_IMPL}, "fix import")
+    c["regress"] = commit(repo, {NORM: BAD_IMPL}, "faster SiLU")
     c["readme2"] = commit(repo, {"README": "v2\n"}, "readme 2")
-    c["head"] = commit(repo, {"myimpl.py": "# faster\n" + BAD_IMPL}, "comment 2")
+    c["head"] = commit(repo, {NORM: "# faster\n" + BAD_IMPL}, "comment 2")
     # An uncommitted edit the user has in flight: bisect must leave it alone.
     (repo / "README").write_text("local edit\n")
     suite = root / "suite.toml"
     suite.write_text(SUITE)
-    return repo, c, suite
+    # An "installed" mykernel: its metadata (the entry point) and an editable finder onto the checkout.
+    site = root / "site"
+    info = site / "mykernel-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mykernel\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[harness.impls]\nmykernel = mykernel.norm:make\n")
+    (site / "sitecustomize.py").write_text(EDITABLE_FINDER.format(src=str(repo / "src")))
+    return repo, c, suite, site
 
 
 def snapshot(repo: Path) -> dict:
@@ -117,40 +155,80 @@ def assert_untouched(repo: Path, before: dict) -> None:
     assert after["status"] == "M README"
 
 
-def test_finds_the_regression_and_leaves_repo_alone(history, capsys):
-    repo, c, suite = history
+def test_the_editable_finder_would_shadow(history, tmp_path):
+    """The control: with the finder installed, the worktree first on PYTHONPATH is not enough."""
+    repo, _, _, site = history
+    other = tmp_path / "other"
+    (other / "mykernel").mkdir(parents=True)
+    (other / "mykernel" / "__init__.py").write_text("")
+    got = subprocess.run([sys.executable, "-c", "import mykernel; print(mykernel.__file__)"], check=True,
+                         capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": f"{other}{os.pathsep}{site}"}).stdout.strip()
+    assert got == str(repo / "src" / "mykernel" / "__init__.py")
+
+
+def test_finds_the_regression_by_entry_point_and_leaves_repo_alone(history, capsys, monkeypatch):
+    repo, c, suite, site = history
+    monkeypatch.syspath_prepend(str(site))                 # the entry point's metadata, for the parent
+    monkeypatch.setenv("PYTHONPATH", str(site))            # the editable finder, in every step
     before = snapshot(repo)
-    rc = main(["bisect", str(repo), c["base"], "main", "--impl", "mine=myimpl:make",
-               "--cases", str(suite), "--device", "cpu"])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    assert f"first bad commit: {c['regress']}" in out
+    rc = main(["bisect", str(repo), c["base"], "main", "--impl", "mykernel", "--cases", str(suite),
+               "--device", "cpu"])
+    cap = capsys.readouterr()
+    out, err = cap.out, cap.err
+    assert rc == 0, out + err
+    assert out.startswith(f"first bad commit: {c['regress']}\n"), out
     assert "faster SiLU" in out
-    assert "output=y reference=exact" in out          # the failing output is named, with its ULPs
-    assert "max_ulp=" in out and "budget=" in out
+    assert "decided by: FAIL  mykernel" in out and "worst element: " in out, out
+    assert "replay: harness replay " in out and "--impl mykernel=mykernel.norm:make" in out
+    assert f"PYTHONPATH=src{os.pathsep}." in out and "imported src/mykernel/norm.py of the commit" in out
+    assert f"skipped {c['broken'][:12]}: --impl mykernel: importing 'mykernel.norm' raised SyntaxError" in out
+    assert len(out.splitlines()) <= 8, out                 # a verdict, not the whole sweep
+    verdicts = [ln for ln in err.splitlines() if ln.startswith("bisect: ")]
+    # every judged commit imported its own file (never the checkout the finder points at)
+    judged = [ln for ln in verdicts if " good: " in ln or " bad: " in ln]
+    assert judged and all(ln.endswith("(imported src/mykernel/norm.py of the commit)") for ln in judged)
+    good = next(ln for ln in verdicts if ln.startswith(f"bisect: {c['base'][:12]} good: "))
+    assert "2 of 3 cases within budget, 1 skipped" in good           # the fp16 case gives skip rows: not a failure
+    bad = next(ln for ln in verdicts if ln.startswith(f"bisect: {c['head'][:12]} bad: "))
+    assert "(pair 1 of 3)" in bad                          # stopped at the first failing check
     assert_untouched(repo, before)
 
 
 def test_good_that_is_already_bad(history, capsys):
-    repo, c, suite = history
+    repo, c, suite, _ = history
     before = snapshot(repo)
-    rc = main(["bisect", str(repo), c["regress"], c["head"], "--impl", "mine=myimpl:make",
-               "--cases", str(suite)])
+    rc = main(["bisect", str(repo), c["regress"], c["head"], "--impl", "mine=mykernel.norm:make",
+               "--cases", str(suite), "--path", "src"])
     out = capsys.readouterr().out
     assert rc == 1
-    assert "already over budget" in out and "output=y" in out
+    assert "already over budget" in out and "decided by: FAIL  mine " in out and "PYTHONPATH=src;" in out
     assert_untouched(repo, before)
 
 
 def test_failing_build_is_untestable(history, capsys):
-    repo, c, suite = history
+    repo, c, suite, _ = history
     before = snapshot(repo)
-    rc = main(["bisect", str(repo), c["base"], c["head"], "--impl", "mine=myimpl:make",
+    rc = main(["bisect", str(repo), c["base"], c["head"], "--impl", "mine=mykernel.norm:make",
                "--cases", str(suite), "--build", "exit 3"])
     out = capsys.readouterr().out
     assert rc == 1
     assert "cannot be tested: --build exited 3" in out
     assert_untouched(repo, before)
+
+
+def test_a_judge_that_exits_is_no_verdict(tmp_path):
+    """os._exit(0) from the plug-in (here at import) ends the judge with status 0 but no judge.json:
+    the commit is skipped, never good."""
+    from harness.bisect import SKIP, run_step
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, {"quitter.py": "import os\nos._exit(0)\n"}, "quits")
+    lines = []
+    code = run_step(repo, "q=quitter:make", "quick", "cpu", tmp_path / "results", log=lines.append)
+    assert code == SKIP
+    assert "ended without a verdict during start-up" in lines[0] and "status 0" in lines[0]
 
 
 def test_not_a_repo(tmp_path, capsys):
@@ -162,29 +240,55 @@ def test_not_a_repo(tmp_path, capsys):
 
 @pytest.mark.parametrize("good,bad", [("nosuchrev", "main"), ("main", "deadbeef" * 5)])
 def test_unknown_revision(history, capsys, good, bad):
-    repo, _, suite = history
+    repo, _, suite, _ = history
     rc = main(["bisect", str(repo), good, bad, "--impl", "mine=myimpl:make", "--cases", str(suite)])
     err = capsys.readouterr().err
     assert rc == 2
     assert "not a commit" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("spec", ["torch", "mine=myimpl", "mine=my-impl:make"])
-def test_impl_must_be_a_plugin_spec(history, capsys, spec):
-    repo, c, suite = history
+@pytest.mark.parametrize("spec,says", [("torch", "NAME=MODULE:ATTR"), ("mine=myimpl", "NAME=MODULE:ATTR"),
+                                       ("mine=my-impl:make", "NAME=MODULE:ATTR"),
+                                       ("mine=harness.impls.torch_ref:chain", "the harness's own")])
+def test_impl_must_be_a_plugin_of_repo(history, capsys, spec, says):
+    repo, c, suite, _ = history
     rc = main(["bisect", str(repo), c["base"], "main", "--impl", spec, "--cases", str(suite)])
     assert rc == 2
-    assert "NAME=MODULE:ATTR" in capsys.readouterr().err
+    assert says in capsys.readouterr().err
 
 
 def test_missing_suite_file(history, capsys):
-    repo, c, _ = history
-    rc = main(["bisect", str(repo), c["base"], "main", "--impl", "mine=myimpl:make",
+    repo, c, _, _ = history
+    rc = main(["bisect", str(repo), c["base"], "main", "--impl", "mine=mykernel.norm:make",
                "--cases", str(repo / "nope.toml")])
     assert rc == 2
     assert "suite file not found" in capsys.readouterr().err
 
 
-def test_exit_code_mapping():
-    from harness.bisect import map_harness_exit
-    assert [map_harness_exit(rc) for rc in (0, 1, 2, 3, 130, -9)] == [0, 1, 125, 125, 128, 128]
+def test_import_roots(tmp_path):
+    from harness.bisect_judge import import_roots
+    assert import_roots(tmp_path) == [tmp_path.resolve()]
+    (tmp_path / "src").mkdir()
+    assert import_roots(tmp_path) == [(tmp_path / "src").resolve(), tmp_path.resolve()]
+    assert import_roots(tmp_path, ["lib", "."]) == [(tmp_path / "lib").resolve(), tmp_path.resolve()]
+
+
+def test_plugin_spec(history, monkeypatch):
+    from harness.bisect import plugin_spec
+    from harness.references.errors import UsageError
+    _, _, _, site = history
+    monkeypatch.syspath_prepend(str(site))
+    assert plugin_spec("mykernel") == "mykernel=mykernel.norm:make"       # the installed entry point's value
+    assert plugin_spec("mine=pkg.mod:make") == "mine=pkg.mod:make"
+    for bad in ("torch", "nosuch", "mine=harness.impls.torch_ref:chain"):
+        with pytest.raises(UsageError):
+            plugin_spec(bad)
+
+
+def test_judge_refuses_a_module_outside_the_commit(tmp_path):
+    """A spec naming a package the commit does not have (here torch) is untestable: it would be
+    judged on the installed copy, never on the commit's code."""
+    from harness.bisect_judge import SKIP, judge
+    (tmp_path / "out").mkdir()
+    assert judge("t=torch.nn:Linear", "quick", "cpu", tmp_path / "out", [str(tmp_path)]) == SKIP
+    assert "no package 'torch' in the commit's import roots" in (tmp_path / "out" / "judge.json").read_text()

@@ -62,7 +62,7 @@ def cmd_selftest(args) -> int:
 
 def cmd_bisect(args) -> int:
     from harness.bisect import bisect, format_bisection
-    b = bisect(args.repo, args.good, args.bad, args.impl, args.cases, args.device, args.build, log=err)
+    b = bisect(args.repo, args.good, args.bad, args.impl, args.cases, args.device, args.build, log=err, paths=args.path)
     print(format_bisection(b))
     if b.outcome == "found":
         return EXIT_OK

@@ -1,0 +1,125 @@
+"""The judge of `harness bisect`: one commit, in its own process (`python -m harness.bisect_judge`,
+started by harness.bisect.run_step with the commit's import roots first on PYTHONPATH).
+
+MODULE's top-level package is found in those roots only, by a finder put ahead of every other one
+of sys.meta_path: an editable install of REPO (its finder, its .pth) cannot make a step judge the
+user's checkout, and a commit without the package is untestable rather than judged on the
+installed copy. The suite runs pair by pair in this process and stops at the first check over
+budget. judge.json, written as the judge's last act, is the verdict: a judge that ends without one
+(a crash or exit of the implementation, a pair past the timeout) made no judgement."""
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness.references.errors import UsageError
+
+GOOD, BAD, SKIP = 0, 1, 125
+CODES = {"good": GOOD, "bad": BAD, "skip": SKIP}
+PAIR_TIMEOUT = 600.0           # seconds one pair may run (first calls compile)
+
+
+def import_roots(tree: Path, paths=()) -> list[Path]:
+    """Where a commit's code is imported from: the --path entries (relative to REPO's directory in
+    the worktree) when given, else REPO's src/ (a src layout; when the commit has one) and REPO."""
+    if paths:
+        return [(tree / p).resolve() for p in paths]
+    return [d.resolve() for d in (tree / "src", tree) if d.is_dir()]
+
+
+class RootsFirst(importlib.abc.MetaPathFinder):
+    """Finds one top-level package in the import roots only, ahead of every finder of sys.meta_path
+    (editable installs put theirs in front of it too); not there is ModuleNotFoundError, never the
+    installed copy. Its submodules follow its __path__, inside the roots."""
+
+    def __init__(self, name: str, roots: list[str]):
+        self.name, self.roots = name, list(roots)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, self.roots)
+        if spec is None:
+            raise ModuleNotFoundError(f"no module named {fullname!r} under {', '.join(self.roots)}", name=fullname)
+        return spec
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def judge(spec: str, cases: str, device: str, out: Path, roots: list[str], timeout: float = PAIR_TIMEOUT) -> int:
+    """Judge the commit whose code is under `roots`: pair by pair, stopping at the first check over
+    budget. Writes out/judge.json (verdict, why, the file MODULE came from, the deciding check) as
+    its last act and returns the step code; rows go to out/results.csv."""
+    from harness.api import plan
+    from harness.gate import failure_line
+    from harness.impls.registry import _SPEC, load_plugin
+    from harness.pair import PairRunner
+    from harness.reports.rundir import RunDir
+    module = _SPEC.match(spec)["module"]
+    top = module.split(".")[0]
+    verdict = {"verdict": "skip", "why": "", "imported": "", "check": "", "checked": 0, "planned": 0}
+    try:
+        if importlib.machinery.PathFinder.find_spec(top, roots) is None:
+            raise UsageError(f"--impl {spec}: no package {top!r} in the commit's import roots ({', '.join(roots)})")
+        for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+            del sys.modules[name]            # imported at start-up (a .pth): not this commit's
+        sys.meta_path.insert(0, RootsFirst(top, roots))
+        impl = load_plugin(spec)
+        verdict["imported"] = getattr(sys.modules.get(module), "__file__", None) or module
+        p = plan(impl, cases, device)
+    except UsageError as e:
+        verdict["why"] = str(e)
+        write_json(out / "judge.json", verdict)
+        return SKIP
+    verdict["planned"] = len(p.cases)
+    rd, runner, error, skipped = RunDir(out).create(), PairRunner(p.settings), None, 0
+    for case in p.cases:
+        (out / "current").write_text(f"{case.case_id} [{case.label}]")
+        faulthandler.dump_traceback_later(timeout, exit=True)      # a hang ends the judge: no verdict
+        rows, _ = runner.run(case, impl)
+        faulthandler.cancel_dump_traceback_later()
+        rd.append_pair(rows)
+        verdict["checked"] += 1
+        fail = next((r for r in rows if r["status"] == "fail"), None)
+        if fail is not None:
+            verdict.update(verdict="bad", check=failure_line(fail).strip(),
+                           why=f"{fail['case_id']} {fail['output']} vs {fail['reference']}: {fail['reason']} "
+                               f"(pair {verdict['checked']} of {len(p.cases)})")
+            break
+        error = error or next((r for r in rows if r["status"] == "error"), None)
+        skipped += all(r["status"] == "skip" for r in rows)
+    else:
+        if error is not None:
+            verdict["why"] = f"error rows only (the implementation raised): {error['case_id']}: {error['reason']}"
+        else:
+            verdict.update(verdict="good", why=f"{verdict['checked'] - skipped} of {len(p.cases)} cases within "
+                                              f"budget" + (f", {skipped} skipped" if skipped else ""))
+    write_json(out / "judge.json", verdict)
+    return CODES[verdict["verdict"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.bisect_judge")
+    for opt in ("--impl", "--cases", "--device", "--out"):
+        p.add_argument(opt, required=True)
+    p.add_argument("--root", action="append", default=[])
+    p.add_argument("--timeout", type=float, default=PAIR_TIMEOUT)
+    a = p.parse_args(argv)
+    try:
+        return judge(a.impl, a.cases, a.device, Path(a.out), a.root, a.timeout)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
