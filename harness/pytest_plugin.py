@@ -262,7 +262,7 @@ class _worker:
     def __init__(self, p):
         from harness.runner import worker_env
         from harness.worker import Worker
-        env = worker_env(_threads(), None)
+        env = worker_env(_threads(), _threads(), None)
         theirs = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(_project_paths() + theirs))
         self.p, self.w = p, Worker(p.settings, env)

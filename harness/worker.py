@@ -62,7 +62,8 @@ class Worker:
         env.setdefault("PYTHONUNBUFFERED", "1")
         # the worker imports what this process can (a factory pytest imported from a test folder
         # that is on sys.path only here): multiprocessing's spawn hands sys.path over the same way
-        env["PYTHONPATH"] = os.pathsep.join([p or os.getcwd() for p in sys.path])
+        given = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(given + [p or os.getcwd() for p in sys.path]))
         self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(child.fileno()), str(os.getpid())],
                                      pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=2,
                                      env=env, start_new_session=True)
