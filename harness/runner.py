@@ -3,7 +3,7 @@ its rows appended to the run directory's results.csv as each pair completes.
 
 --jobs N runs N workers at once, every case of one compile key (hidden size and dtypes) on one
 worker so that each compile and autotuning happens once; each worker gets cores / N threads and,
-with --devices, its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
+with --gpus, its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
 on; a sweep that could not finish every planned pair says so (SweepResult.finished), and the
 caller never exits 0 for it. --resume keeps the finished pairs (an `error` pair is finished: a
 case that kills its worker is not retried forever) of this invocation's cases, implementations and
@@ -12,7 +12,7 @@ rest."""
 from __future__ import annotations
 
 import math
-import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +30,7 @@ from harness.references.metrics import get
 from harness.reports.rundir import OUTPUTS as RUN_FILES
 from harness.reports.rundir import PAIR_TIMING, RESULTS, TIMING, RunDir
 from harness.reports.schema import SCHEMA_VERSION
-from harness.worker import DEFAULT_TIMEOUT, Worker, picklable
+from harness.worker import DEFAULT_TIMEOUT, Worker, cores, picklable, worker_env  # noqa: F401 (re-exported)
 
 PAIR_TIMING_COLUMNS = ["case_id", "label", "impl", "references", "impl_seconds", "analysis", "mpmath", "pair_seconds"]
 
@@ -88,38 +88,20 @@ def shard(cases: list[Case], k: int, n: int, by: str = "case") -> list[Case]:
     return [c for c in cases if owner[compile_key(c)] == k - 1]
 
 
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def worker_env(threads: int, compile_threads: int, gpu: int | None) -> dict:
-    """A worker's environment: its OpenMP team (one thread unless asked: on a shared CI box a team of
-    every core spins against the other processes — quick ran 3-4x slower with the default), its
-    share of the cores for Inductor's compile pool, and its GPU."""
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = str(threads)
-    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return env
-
-
 def expected_checks(impls: list[Implementation], models=()) -> dict[str, set]:
     """Per implementation, the (output, reference) of every row one of its pairs has."""
     return {i.name: {(o, ref) for o in OUTPUTS for ref, _ in references_of(i, models)} for i in impls}
 
 
+# harness.analysis.compare's over-budget reason: "OUTPUT METRIC error VALUE > budget BUDGET ..."
+_BUDGET_FAIL = re.compile(r"^\S+ \S+ error \S+ > budget ")
+
+
 def _budget_reason(reason: str) -> bool:
     """A fail that is about a budget, a baseline or repeatability (recomputed on resume), not about
     the output itself (invalid, non-finite, against a NaN reference: those stay fails)."""
-    return bool(_BUDGET_FAIL.match(reason)) or reason.startswith("regressed: ") or " not repeatable: " in reason \
-        or reason.startswith("second call raised ")
-
-
-_BUDGET_FAIL = __import__("re").compile(r"^\S+ \S+ error \S+ > budget ")
+    return bool(_BUDGET_FAIL.match(reason)) or reason.startswith(("regressed: ", "second call raised ")) \
+        or " not repeatable: " in reason
 
 
 def regate(df: pd.DataFrame, cases: dict[str, Case], impls: dict[str, Implementation], s: Settings) -> pd.DataFrame:
@@ -183,7 +165,6 @@ def resume_rows(sw: "Sweep") -> pd.DataFrame:
     return kept.reset_index(drop=True)
 
 
-
 def _suite_order(df: pd.DataFrame, cases: list[Case], impls: list[Implementation]) -> pd.DataFrame:
     if df.empty:
         return df
@@ -211,7 +192,9 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     todo = [(c, impls) for c, impls in todo if impls]
     total = sum(len(i) for _, i in todo)
     jobs = max(1, min(sw.jobs, len({compile_key(c) for c, _ in todo}) or 1))
-    threads, compile_threads = sw.threads or 1, max(1, cores() // jobs)
+    # the compile pool's share from the --jobs asked for (not the workers used), as the workers
+    # the command line started early (harness.worker.prespawn) have it
+    threads, compile_threads = sw.threads or 1, max(1, cores() // max(1, sw.jobs))
     timings: dict[str, float] = {}
     lock = threading.Lock()
     state = {"done": 0}

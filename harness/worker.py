@@ -2,15 +2,19 @@
 implementation does — raise, sys.exit or os._exit, abort, segfault, hang, exhaust memory — the
 sweep records an `error` row naming it and goes on with a fresh worker.
 
-A worker is `python -m harness.worker FD PARENT_PID`: it imports torch and the implementations once and then
-runs pair after pair (harness.pair.PairRunner) for as long as the parent sends them, so the cost of
-isolation is one process start per sweep and per crash, not per pair. Parent and worker talk over a
-socket pair (multiprocessing's Connection: pickled messages); the worker's stdout goes to the
-parent's standard error (file descriptor 2), so a chatty plug-in cannot garble the summary. A worker runs in a session of its
-own (the parent kills its whole process group on a timeout) and dies with its parent (Linux's
-parent-death signal), so no worker outlives an interrupted or killed sweep."""
+A worker is `python -m harness.worker FD PARENT_PID`: it imports torch and the implementations once
+and then runs pair after pair (harness.pair.PairRunner) for as long as the parent sends them, so
+the cost of isolation is one process start per sweep and per crash, not per pair; the command line
+starts the first workers before it imports anything heavy itself (prespawn), so that their imports
+overlap its own. Parent and worker talk over a socket pair (multiprocessing's Connection: pickled
+messages); the worker's stdout goes to the parent's standard error (file descriptor 2), so a
+chatty plug-in cannot garble the summary. A worker runs in a session of its own (the parent kills
+its whole process group on a timeout), is the kernel's first choice when memory runs out, and
+dies with its parent (Linux's parent-death signal), so no worker outlives an interrupted or killed
+sweep. A pair's --timeout counts from sending it, not from the worker's start."""
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import signal
@@ -61,6 +65,68 @@ def _die_with_parent(parent: int) -> None:
         pass
 
 
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def worker_env(threads: int, compile_threads: int, gpu: int | None) -> dict:
+    """A worker's environment: its OpenMP team (one thread unless asked: on a shared CI box a team of
+    every core spins against the other processes — quick ran 3-4x slower with the default), its
+    share of the cores for Inductor's compile pool, and its GPU."""
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(threads)
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return env
+
+
+def sweep_envs(jobs: int, threads: int | None, gpus: tuple[int, ...] = ()) -> list[dict]:
+    """The environments of a sweep's first workers, worker k's at k (harness.runner's)."""
+    jobs = max(1, jobs)
+    return [worker_env(threads or 1, max(1, cores() // jobs), gpus[k % len(gpus)] if gpus else None)
+            for k in range(jobs)]
+
+
+# Started, importing, not yet given settings: (environment, process, connection).
+_SPARE: list[tuple[dict, subprocess.Popen, Connection]] = []
+
+
+def _spawn(env: dict) -> tuple[subprocess.Popen, Connection]:
+    parent, child = socket.socketpair()
+    env = dict(env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(child.fileno()), str(os.getpid())],
+                            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=2,
+                            env=env, start_new_session=True)
+    child.close()
+    return proc, Connection(parent.detach())
+
+
+def prespawn(envs: list[dict]) -> None:
+    """Start a worker per environment now, from the main thread (a worker dies with the thread that
+    started it), for Worker.start to take; drop_spares() ends those no sweep took."""
+    for env in envs:
+        _SPARE.append((env, *_spawn(env)))
+
+
+def drop_spares() -> None:
+    while _SPARE:
+        _, proc, conn = _SPARE.pop()
+        conn.close()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+
+
+atexit.register(drop_spares)
+
+
 class WorkerStartError(RuntimeError):
     """A worker process could not start (before any implementation's code ran): the harness's or
     the environment's problem, never a row."""
@@ -83,15 +149,14 @@ class Worker:
         return self.proc.pid if self.proc is not None else None
 
     def start(self) -> str | None:
-        """Start a worker and wait until it is ready; None, or why it could not start."""
-        parent, child = socket.socketpair()
+        """Start a worker (or take a spare one started with the same environment) and wait until it
+        is ready; None, or why it could not start."""
         env = dict(os.environ if self.env is None else self.env)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(child.fileno()), str(os.getpid())],
-                                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=2,
-                                     env=env, start_new_session=True)
-        child.close()
-        self.conn = Connection(parent.detach())
+        spare = next((k for k, (e, proc, _) in enumerate(_SPARE) if e == env and proc.poll() is None), None)
+        if spare is not None:
+            _, self.proc, self.conn = _SPARE.pop(spare)
+        else:
+            self.proc, self.conn = _spawn(env)
         if self.on_start is not None:
             self.on_start(self.proc.pid)
         try:
@@ -184,9 +249,16 @@ def _escaped(e: BaseException) -> str:
 
 
 def main(fd: int, parent: int) -> int:
-    """The worker's loop (its own process)."""
+    """The worker's loop (its own process): the imports first (a spare worker does them while the
+    parent checks its input), then the settings, then pair after pair."""
     _die_with_parent(parent)
     conn = Connection(fd)
+    try:
+        from harness.impls.registry import resolve
+        from harness.pair import PairRunner
+    except BaseException as e:
+        conn.send(("crash", _escaped(e)))
+        return 1
     try:
         msg = conn.recv()
     except EOFError:
@@ -194,8 +266,6 @@ def main(fd: int, parent: int) -> int:
     _, settings, path = msg
     sys.path[:] = list(dict.fromkeys(list(path) + sys.path))
     try:
-        from harness.impls.registry import resolve
-        from harness.pair import PairRunner
         runner = PairRunner(settings)
     except BaseException as e:
         conn.send(("crash", _escaped(e)))

@@ -18,7 +18,7 @@ from harness.pair import PairRunner, Settings
 from harness.references.errors import UsageError
 from harness.reports.rundir import PAIR_TIMING, RunDir, read_results
 from harness.runner import Sweep, compile_key, expected_checks, regate, resume_rows, shard, worker_env
-from harness.worker import Worker, describe_exit
+from harness.worker import describe_exit
 from tests.conftest import make_case
 
 HEADER = "impl,rounding,dtype,output,reference,regime,metric,budget\n"
@@ -253,3 +253,17 @@ def test_nan_values_round_trip(tmp_path):
     rd.write_results(df)
     back = read_results(rd.results)
     assert math.isnan(back.loc[0, "max_ulp"]) and back["impl"].tolist() == df["impl"].tolist()
+
+
+def test_a_prespawned_worker_is_taken_and_spares_are_dropped():
+    from harness import worker as W
+    env = W.sweep_envs(1, None)[0]
+    W.prespawn([env, env])
+    pids = [p.pid for _, p, _ in W._SPARE]
+    try:
+        w = W.Worker(Settings("cpu"), env)
+        assert w.start() is None and w.pid in pids             # a spare, not a new process
+        w.close()
+    finally:
+        W.drop_spares()
+    assert not W._SPARE and not any(_running(p) for p in pids)
