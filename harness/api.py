@@ -83,6 +83,7 @@ def as_implementation(impl) -> Implementation:
     """An Implementation from whatever `verify` accepts."""
     from harness.impls.registry import check_name, resolve
     if isinstance(impl, Implementation):
+        check_name(impl.name)
         return impl
     if isinstance(impl, str):
         return resolve(impl)
@@ -159,17 +160,23 @@ def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golde
     return Plan(impl_list, case_list, suite_name, settings, base)
 
 
-def run_plan(p: Plan, out=None, *, resume=False, jobs=1, timeout=DEFAULT_TIMEOUT, isolate="auto", threads=None,
-             gpus=(), progress: Callable | None = None, log: Callable | None = None) -> Results:
+def check_run_options(jobs=1, timeout=DEFAULT_TIMEOUT, threads=None) -> None:
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: need at least 1")
-    if not timeout > 0:
-        raise UsageError(f"--timeout {timeout}: need a positive number of seconds")
+    if not (timeout > 0 and timeout != float("inf")):
+        raise UsageError(f"--timeout {timeout}: need a positive, finite number of seconds")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads {threads}: need at least 1")
+
+
+def run_plan(p: Plan, out=None, *, resume=False, jobs=1, timeout=DEFAULT_TIMEOUT, isolate="auto", threads=None,
+             gpus=(), progress: Callable | None = None, log: Callable | None = None) -> Results:
+    check_run_options(jobs, timeout, threads)
     tmp = None
     if out is None:
         tmp = tempfile.TemporaryDirectory(prefix="harness-")
         out = tmp.name
-    rd = RunDir(out).create()
+    rd = RunDir(out).create().check_outputs()
     try:
         with rd.lock():
             sw = Sweep(p.cases, p.impls, p.settings, rd, resume, jobs, timeout, isolate, threads, tuple(gpus))

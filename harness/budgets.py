@@ -133,9 +133,15 @@ def load_budget_file(path: str) -> list[Override]:
     if not p.is_file():
         raise UsageError(f"{path}: budget file not found")
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: cannot read the budget file ({type(e).__name__}: {e})") from None
+        data = p.read_bytes()
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the budget file ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UsageError(f"{path}: line {line}: not UTF-8 text (byte 0x{data[e.start]:02x}); "
+                         f"a budget file is UTF-8 CSV") from None
     return parse_budget_file(text, path)
 
 

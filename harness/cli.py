@@ -126,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         from harness.compile_caches import pin_triton_cache_dir
         pin_triton_cache_dir()                 # before anything compiles (see compile_caches)
         from harness.commands import dispatch
-        return dispatch(args)
+        try:
+            return dispatch(args)
+        except SystemExit as e:            # plug-in code that called sys.exit where nothing caught it
+            print(f"harness: internal error: something called sys.exit({e.code!r}) during the command; "
+                  f"the run did not finish", file=sys.stderr)
+            return EXIT_INTERNAL
     except UsageError as e:
         print(f"harness: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,5 +1,7 @@
 """The verdict (SPEC §4): exit 0 when every check is within budget (skips are neither pass nor fail),
-1 when any is over budget, errored or regressed against a baseline. Whether the sweep finished
+1 when any is over budget, errored or regressed against a baseline, and 1 for an implementation
+none of whose checks was measured (every case skipped: it verified nothing, and must not pass by
+declining everything). Whether the sweep finished
 every planned pair is the runner's to say (an unfinished sweep never exits 0: harness.runner)."""
 from __future__ import annotations
 
@@ -68,4 +70,9 @@ def verdict(df: pd.DataFrame) -> tuple[int, list[str]]:
         lines.append(failure_line(r))
     if len(bad) > SHOWN:
         lines.append(f"  ... and {len(bad) - SHOWN} more (results.csv)")
-    return (0 if bad.empty else 1), lines
+    measured = set(df.loc[status.isin(["pass", "fail"]), "impl"].astype(str))
+    unverified = [i for i in dict.fromkeys(df["impl"].astype(str)) if i not in measured and
+                  (status[df["impl"].astype(str) == i] == "skip").all()]
+    for impl in unverified:
+        lines.append(f"harness: {impl}: every case skipped, no check measured: nothing was verified")
+    return (0 if bad.empty and not unverified else 1), lines

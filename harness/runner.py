@@ -3,14 +3,16 @@ its rows appended to the run directory's results.csv as each pair completes.
 
 --jobs N runs N workers at once, every case of one compile key (hidden size and dtypes) on one
 worker so that each compile and autotuning happens once; each worker gets cores / N threads and,
-with --devices, its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
+with --gpus, its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
 on; a sweep that could not finish every planned pair says so (SweepResult.finished), and the
-caller never exits 0 for it. --resume keeps the finished pairs of this invocation's cases and
-implementations, recomputes their verdicts under the current budgets, and runs the rest."""
+caller never exits 0 for it. --resume keeps the finished pairs (an `error` pair is finished: a
+case that kills its worker is not retried forever) of this invocation's cases, implementations and
+device, recomputes their verdicts under the current budgets, drops every other row, and runs the
+rest."""
 from __future__ import annotations
 
 import math
-import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,18 +20,18 @@ from typing import Callable
 
 import pandas as pd
 
-from harness.analysis.check import REFERENCE_KINDS, status_rows
+from harness.analysis.check import references_of, status_rows
 from harness.cases.case import Case
 from harness.cases.generate import act_format
 from harness.impls.base import Implementation
-from harness.pair import PairRunner, Settings
+from harness.pair import VERSION, PairRunner, Settings, replay_command
 from harness.references.exact import OUTPUTS
 from harness.references.metrics import get
-from harness.reports.rundir import PAIR_TIMING, TIMING, RunDir
-from harness.worker import DEFAULT_TIMEOUT, Worker, picklable
+from harness.reports.rundir import OUTPUTS as RUN_FILES
+from harness.reports.rundir import PAIR_TIMING, RESULTS, TIMING, RunDir
+from harness.reports.schema import SCHEMA_VERSION
+from harness.worker import DEFAULT_TIMEOUT, Worker, cores, picklable, worker_env  # noqa: F401 (re-exported)
 
-def rows_per_pair(sw: "Sweep") -> int:
-    return len(OUTPUTS) * (len(REFERENCE_KINDS) + len(sw.settings.models))
 PAIR_TIMING_COLUMNS = ["case_id", "label", "impl", "references", "impl_seconds", "analysis", "mpmath", "pair_seconds"]
 
 
@@ -86,48 +88,81 @@ def shard(cases: list[Case], k: int, n: int, by: str = "case") -> list[Case]:
     return [c for c in cases if owner[compile_key(c)] == k - 1]
 
 
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+def expected_checks(impls: list[Implementation], models=()) -> dict[str, set]:
+    """Per implementation, the (output, reference) of every row one of its pairs has."""
+    return {i.name: {(o, ref) for o in OUTPUTS for ref, _ in references_of(i, models)} for i in impls}
 
 
-def worker_env(threads: int, compile_threads: int, gpu: int | None) -> dict:
-    """A worker's environment: its OpenMP team (one thread unless asked: on a shared CI box a team of
-    every core spins against the other processes — quick ran 3-4x slower with the default), its
-    share of the cores for Inductor's compile pool, and its GPU."""
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = str(threads)
-    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return env
+# harness.analysis.compare's over-budget reason: "OUTPUT METRIC error VALUE > budget BUDGET ..."
+_BUDGET_FAIL = re.compile(r"^\S+ \S+ error \S+ > budget ")
+
+
+def _budget_reason(reason: str) -> bool:
+    """A fail that is about a budget, a baseline or repeatability (recomputed on resume), not about
+    the output itself (invalid, non-finite, against a NaN reference: those stay fails)."""
+    return bool(_BUDGET_FAIL.match(reason)) or reason.startswith(("regressed: ", "second call raised ")) \
+        or " not repeatable: " in reason
 
 
 def regate(df: pd.DataFrame, cases: dict[str, Case], impls: dict[str, Implementation], s: Settings) -> pd.DataFrame:
-    """Finished rows' verdicts under the current budgets: budget, metric and status recomputed from
-    the measured values; errors, skips and failures that are not about a budget stay as they were."""
+    """Finished rows' verdicts under the current budgets (and --require-repeatable): budget, metric
+    and status recomputed from the measured values, their replay commands this invocation's;
+    errors, skips and failures that are not about a budget stay as they were."""
     from harness.analysis.check import budget_for
     from harness.references.formats import fmt_of
     df = df.copy()
+    for col in ("budget_metric", "budget_source", "reason", "replay", "suite"):
+        if col in df.columns:
+            df[col] = df[col].astype(object)
     for i, r in df.iterrows():
-        if r["status"] not in ("pass", "fail"):
-            continue
-        reason = str(r.get("reason", "") or "")
-        if r["status"] == "fail" and " error " not in reason and not reason.startswith("regressed: "):
-            continue                                   # an invalid output, non-finite, NaN reference
         case, impl = cases[r["case_id"]], impls[r["impl"]]
+        spec = s.impl_specs.get(impl.name, impl.spec or impl.name)
+        df.at[i, "replay"] = replay_command(case, spec, s.suite_ref, s.device, s.override_path)
+        df.at[i, "suite"] = s.suite_ref
+        reason = str(r.get("reason", "") or "")
+        if r["status"] not in ("pass", "fail") or (r["status"] == "fail" and not _budget_reason(reason)):
+            continue
         act = act_format(case, impl.act_follows)
         kind = str(r["reference"]).split(":")[0]
         b = budget_for(case, impl, r["output"], kind, fmt_of(r["out_dtype"]), act, s.overrides, s.override_path)
         value = float(r.get(get(b.metric).column, math.nan))
-        ok = value <= b.value
+        if not (b.metric == r.get("budget_metric") and b.value == float(r.get("budget", math.nan))):
+            if "count_over" in df.columns:
+                df.at[i, "count_over"] = math.nan          # counted against the old budget
         df.at[i, "budget_metric"], df.at[i, "budget"], df.at[i, "budget_source"] = b.metric, b.value, b.source
-        df.at[i, "status"] = "pass" if ok else "fail"
-        df.at[i, "reason"] = "" if ok else (f"{r['output']} {b.metric} error {value:.4g} > budget {b.value:.4g} "
-                                            f"at [{r.get('worst_index', '')}] vs {r['reference']}")
+        status, why = "pass", ""
+        if not value <= b.value:                            # NaN fails
+            status, why = "fail", (f"{r['output']} {b.metric} error {value:.4g} > budget {b.value:.4g} "
+                                   f"at [{r.get('worst_index', '')}] vs {r['reference']}")
+        elif s.require_repeatable and r.get("repeatable") in (False, "False"):
+            status, why = "fail", (f"{r['output']} not repeatable: {int(r.get('differing_elements', 0) or 0)} "
+                                   f"elements differ between two calls on the same inputs (--require-repeatable)")
+        df.at[i, "status"], df.at[i, "reason"] = status, why
     return df
+
+
+def resume_rows(sw: "Sweep") -> pd.DataFrame:
+    """What --resume keeps: complete pairs of this invocation's cases and implementations, measured
+    on its device with this schema, re-gated. results.csv and pair-timing.csv are rewritten to it."""
+    rd = sw.rundir
+    kept = rd.repair_for_resume(expected_checks(sw.impls, sw.settings.models))
+    if len(kept):
+        planned = {(c.case_id, i.name) for c in sw.cases for i in sw.impls}
+        same = [(c, i) in planned for c, i in zip(kept["case_id"], kept["impl"])]
+        same = pd.Series(same, index=kept.index) & (kept["device"].astype(str) == sw.settings.device)
+        if "schema_version" in kept.columns:
+            same &= pd.to_numeric(kept["schema_version"], errors="coerce") == SCHEMA_VERSION
+        if "harness_version" in kept.columns:
+            same &= kept["harness_version"].astype(str) == VERSION
+        bad = {k for k, ok in zip(zip(kept["case_id"], kept["impl"]), same) if not ok}
+        kept = kept[[k not in bad for k in zip(kept["case_id"], kept["impl"])]]
+    if len(kept):
+        kept = regate(kept, {c.case_id: c for c in sw.cases}, {i.name: i for i in sw.impls}, sw.settings)
+        rd.write_results(kept)
+        rd.keep_pair_timing(set(zip(kept["case_id"], kept["impl"])))
+    else:
+        rd.clear([RESULTS, PAIR_TIMING])
+    return kept.reset_index(drop=True)
 
 
 def _suite_order(df: pd.DataFrame, cases: list[Case], impls: list[Implementation]) -> pd.DataFrame:
@@ -141,30 +176,30 @@ def _suite_order(df: pd.DataFrame, cases: list[Case], impls: list[Implementation
 
 def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] | None = None,
               log: Callable[[str], None] | None = None) -> SweepResult:
-    """Run the sweep; `progress(done, total, what, rows)` after each pair, `log(line)` for events."""
+    """Run the sweep; `progress(done, total, what, rows)` after each pair, `log(line)` for events.
+    The caller holds the run directory's lock."""
     t0 = time.time()
     rd = sw.rundir
     planned = {(c.case_id, i.name) for c in sw.cases for i in sw.impls}
-    kept = pd.DataFrame()
+    rd.clear([f for f in RUN_FILES if f not in (RESULTS, PAIR_TIMING)])      # an earlier run's report
     if sw.resume:
-        kept = rd.repair_for_resume(rows_per_pair(sw))
-        if len(kept):
-            mine = pd.Series(list(zip(kept["case_id"], kept["impl"])), index=kept.index).isin(planned)
-            kept = regate(kept[mine], {c.case_id: c for c in sw.cases}, {i.name: i for i in sw.impls}, sw.settings)
-        rd.write_results(kept) if len(kept) else rd.results.unlink(missing_ok=True)
+        kept = resume_rows(sw)
     else:
-        rd.results.unlink(missing_ok=True)
-        rd.file(PAIR_TIMING).unlink(missing_ok=True)
+        rd.clear([RESULTS, PAIR_TIMING])
+        kept = pd.DataFrame()
     done = set(zip(kept["case_id"], kept["impl"])) if len(kept) else set()
     todo = [(c, [i for i in sw.impls if (c.case_id, i.name) not in done]) for c in sw.cases]
     todo = [(c, impls) for c, impls in todo if impls]
     total = sum(len(i) for _, i in todo)
     jobs = max(1, min(sw.jobs, len({compile_key(c) for c, _ in todo}) or 1))
-    threads, compile_threads = sw.threads or 1, max(1, cores() // jobs)
+    # the compile pool's share from the --jobs asked for (not the workers used), as the workers
+    # the command line started early (harness.worker.prespawn) have it
+    threads, compile_threads = sw.threads or 1, max(1, cores() // max(1, sw.jobs))
     timings: dict[str, float] = {}
     lock = threading.Lock()
     state = {"done": 0}
     failed: list[BaseException] = []
+    workers: list[Worker] = []
 
     def record(case: Case, impl: Implementation, rows: list[dict], times: dict) -> None:
         with lock:
@@ -182,28 +217,48 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
             if progress:
                 progress(state["done"], total, f"{impl.name} {case.label}", rows)
 
+    def error_rows(case: Case, impl: Implementation, why: str) -> list[dict]:
+        act = act_format(case, impl.act_follows).name
+        rows = status_rows(case, impl, sw.settings.device, act, "error", why, sw.settings.models)
+        spec = sw.settings.impl_specs.get(impl.name, impl.spec or impl.name)
+        cmd = replay_command(case, spec, sw.settings.suite_ref, sw.settings.device, sw.settings.override_path) \
+            if spec else ""
+        for r in rows:
+            r.update(replay=cmd, suite=sw.settings.suite_ref, harness_version=VERSION)
+        if log:
+            log(f"harness: {impl.name} {case.case_id} [{case.label}]: {why}")
+        return rows
+
     def inline(mine) -> None:
         runner = PairRunner(sw.settings)
         for case, impls in mine:
             for impl in impls:
-                record(case, impl, *runner.run(case, impl))
+                try:
+                    rows, times = runner.run(case, impl)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as e:      # SystemExit too: an implementation's exit is an error row
+                    rows, times = error_rows(case, impl, f"the pair raised {type(e).__name__}: {e}"), {}
+                record(case, impl, rows, times)
 
     def isolated(mine, k: int) -> None:
         gpu = sw.gpus[k % len(sw.gpus)] if sw.gpus else None
-        worker = Worker(sw.settings, worker_env(threads, compile_threads, gpu))
+        worker = Worker(sw.settings, worker_env(threads, compile_threads, gpu), on_start=rd.note_worker, log=log)
+        workers.append(worker)
         try:
             for case, impls in mine:
                 for impl in impls:
+                    if failed:
+                        return
                     rows, times, why = worker.run(case, impl, sw.timeout)
+                    if failed:                  # interrupted: the pair's end is the harness's doing
+                        return
                     if rows is None:
-                        act = act_format(case, impl.act_follows).name
-                        rows = status_rows(case, impl, sw.settings.device, act, "error", why, sw.settings.models)
-                        for r in rows:
-                            r["replay"] = ""
-                        if log:
-                            log(f"harness: {impl.name} {case.case_id} [{case.label}]: {why}")
+                        rows = error_rows(case, impl, why)
+                    elif sw.settings.device.startswith("cuda") and any(r["status"] == "error" for r in rows):
+                        worker.stop()       # a CUDA error poisons the context: the next pair gets a new one
                     record(case, impl, rows, times)
-        except BaseException as e:            # a harness bug or an interrupt: stop, keep what is written
+        except BaseException as e:            # a harness bug: stop, keep what is written
             failed.append(e)
         finally:
             worker.close()
@@ -223,6 +278,10 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
                     t.join(0.2)
         except KeyboardInterrupt:
             failed.append(KeyboardInterrupt())
+            for w in list(workers):         # the threads see `failed` after their pair; stop them now
+                w.stop()
+            for t in ts:
+                t.join(10)
     if failed:
         raise failed[0]
     timings["wall"] = time.time() - t0
@@ -235,4 +294,3 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     unfinished = sorted(planned - got)
     rd.write_frame(TIMING, pd.DataFrame(sorted(timings.items()), columns=["stage", "seconds"]))
     return SweepResult(df, len(planned), unfinished, timings)
-

@@ -4,8 +4,10 @@ schema version and lock.
 results.csv is appended one (case, implementation) pair at a time, flushed and fsync'd, so a killed
 sweep loses at most the pair in flight; `repair_for_resume` drops a torn tail and any incomplete pair.
 Every other file is written whole, atomically (temporary file beside it, fsync, rename), with the
-process's normal permissions. A sweep holds the directory's lock while it runs: a second run into
-the same directory fails at once, naming the first."""
+process's normal permissions. A sweep holds the directory's lock (an flock on .harness.lock, which
+the kernel drops when the holder dies, however it dies) while it runs: a second run into the same
+directory fails at once, naming the first. The lock file's first line names the holder; a line
+`worker PID` follows for every worker process it starts."""
 from __future__ import annotations
 
 import csv
@@ -13,6 +15,7 @@ import io
 import os
 import socket
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +28,10 @@ from harness.reports.schema import INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, T
 
 RESULTS, SUMMARY, REPORT, TIMING, PAIR_TIMING, LOCK = (
     "results.csv", "summary.csv", "report.html", "timing.csv", "pair-timing.csv", ".harness.lock")
+OUTPUTS = (RESULTS, SUMMARY, REPORT, TIMING, PAIR_TIMING)          # what a run writes in its directory
 PAIR = ["case_id", "impl"]
+_HELD: dict[str, list] = {}          # resolved directory -> [lock fd, depth]: this process's locks
+_HELD_LOCK = threading.Lock()
 _NA = ["", "nan", "NaN", "-nan"]                 # what a blank or missing number reads as
 
 
@@ -35,9 +41,12 @@ def _cell(v):
     return v
 
 
-def read_csv(path: Path, text=TEXT_COLUMNS) -> pd.DataFrame:
-    """A CSV of this harness: text columns stay text (never NaN), numbers may be blank."""
+def read_csv(path, text=TEXT_COLUMNS) -> pd.DataFrame:
+    """A CSV of this harness (a path or a binary buffer): text columns stay text (never NaN: an
+    implementation called "NA" or "None" keeps its name), numbers may be blank."""
     head = pd.read_csv(path, nrows=0).columns
+    if hasattr(path, "seek"):
+        path.seek(0)
     return pd.read_csv(path, dtype={c: str for c in text if c in head}, keep_default_na=False,
                        na_values={c: _NA for c in head if c not in text})
 
@@ -88,6 +97,22 @@ class RunDir:
             raise UsageError(f"{flag} {self.path}: not writable")
         return self
 
+    def check_outputs(self, names=OUTPUTS, flag: str = "--out") -> "RunDir":
+        """Before the work: none of the files the run will write is in the way (a directory, or a
+        file that cannot be replaced)."""
+        for name in names:
+            p = self.file(name)
+            if p.is_dir():
+                raise UsageError(f"{flag} {self.path}: {name} is a directory; remove it or choose another --out")
+            if p.exists() and not os.access(p, os.W_OK) and name == RESULTS:
+                raise UsageError(f"{flag} {self.path}: {name} is not writable")
+        return self
+
+    def clear(self, names) -> None:
+        """Remove earlier files of these names (a new run must not sit beside an old run's report)."""
+        for name in names:
+            self.file(name).unlink(missing_ok=True)
+
     # ------------------------------------------------------------------------------ results.csv
 
     def append_pair(self, rows: list[dict]) -> None:
@@ -111,23 +136,57 @@ class RunDir:
     def write_results(self, df: pd.DataFrame) -> None:
         self.write_text(RESULTS, results_text(df))
 
-    def repair_for_resume(self, rows_per_pair: int) -> pd.DataFrame:
-        """Truncate a torn last line, drop incomplete and duplicated pairs; the complete rows."""
+    def repair_for_resume(self, expected: dict[str, set]) -> pd.DataFrame:
+        """The complete pairs in results.csv, for resuming: a torn last line (a write cut short)
+        dropped, a repeated key's last row kept, and only pairs whose implementation is in
+        `expected` (name -> its set of (output, reference)) with exactly that set of rows. The file
+        is left as it was; the caller writes what it keeps."""
         if not self.results.exists():
             return pd.DataFrame()
         data = self.results.read_bytes()
         if data and not data.endswith(b"\n"):
             data = data[: data.rfind(b"\n") + 1]
-            self.results.write_bytes(data)
         if not data.strip():
             return pd.DataFrame()
-        df = self.read_results().drop_duplicates(list(KEY), keep="last")
-        counts = df.groupby(PAIR).size()
-        complete = {k for k, n in counts.items() if n == rows_per_pair}
+        try:
+            df = read_csv(io.BytesIO(data))
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
+            raise UsageError(f"--resume: {self.results}: not a readable results.csv ({type(e).__name__}: {e}); "
+                             f"move it away or run without --resume") from None
+        missing = [c for c in REQUIRED if c not in df.columns]
+        if missing:
+            raise UsageError(f"--resume: {self.results}: not a results.csv (missing column {missing[0]!r})")
+        df = df.drop_duplicates(list(KEY), keep="last")
+        got: dict[tuple, set] = {}
+        for c, i, o, r in zip(df["case_id"], df["impl"], df["output"], df["reference"]):
+            got.setdefault((c, i), set()).add((o, r))
+        complete = {k for k, keys in got.items() if k[1] in expected and keys == expected[k[1]]}
         keep = df[[(c, i) in complete for c, i in zip(df["case_id"], df["impl"])]]
-        if len(keep) != len(df) or len(df) != data.count(b"\n") - 1:
-            self.write_results(keep)
         return keep.reset_index(drop=True)
+
+    def keep_pair_timing(self, pairs: set) -> None:
+        """pair-timing.csv cut down to `pairs` ((case_id, impl)), one line each, torn lines dropped."""
+        path = self.file(PAIR_TIMING)
+        if not path.exists():
+            return
+        with open(path, newline="", errors="replace") as f:
+            rows = list(csv.reader(f))
+        if not rows:
+            path.unlink()
+            return
+        head, last = rows[0], {}
+        if "case_id" not in head or "impl" not in head:
+            path.unlink()
+            return
+        ci, ii = head.index("case_id"), head.index("impl")
+        for r in rows[1:]:
+            if len(r) == len(head) and (r[ci], r[ii]) in pairs:
+                last[(r[ci], r[ii])] = r
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(head)
+        w.writerows(last.values())
+        self.write_text(PAIR_TIMING, buf.getvalue())
 
     # ------------------------------------------------------------------------------ other files
 
@@ -141,32 +200,68 @@ class RunDir:
         return self.write_text(name, df.to_csv(index=False))
 
     def append_csv_row(self, name: str, row: dict, fields: list[str]) -> None:
+        """One line, in one write (a kill leaves at most a torn last line, which readers drop)."""
         path = self.file(name)
         new = not path.exists() or path.stat().st_size == 0
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+        if new:
+            w.writeheader()
+        w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
         with open(path, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
-            if new:
-                w.writeheader()
-            w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})
+            f.write(buf.getvalue())
 
     # ------------------------------------------------------------------------------ lock
 
     @contextmanager
     def lock(self, flag: str = "--out"):
-        """Hold the directory for this process; a second holder fails at once with one line."""
+        """Hold the directory for this process (re-entrant within it); a second process fails at
+        once with one line naming the holder."""
         import fcntl
+        key = str(self.path.resolve())
+        with _HELD_LOCK:
+            if key in _HELD:
+                _HELD[key][1] += 1
+                held = True
+            else:
+                held = False
+        if held:
+            try:
+                yield self
+            finally:
+                with _HELD_LOCK:
+                    _HELD[key][1] -= 1
+            return
         path = self.file(LOCK)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise UsageError(f"{flag} {self.path}: cannot create its lock file ({e.strerror or e})") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+                first = os.pread(fd, 4096, 0).decode(errors="replace").splitlines()
+                holder = first[0].strip() if first and first[0].strip() else "another process"
                 raise UsageError(f"{flag} {self.path}: in use by another harness run ({holder}); wait for it "
                                  f"or choose another directory") from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv[:6])}\n".encode(), 0)
-            yield self
+            with _HELD_LOCK:
+                _HELD[key] = [fd, 1]
+            try:
+                yield self
+            finally:
+                with _HELD_LOCK:
+                    del _HELD[key]
         finally:
             os.close(fd)
+
+    def note_worker(self, pid: int) -> None:
+        """Add `worker PID` to the lock file of a directory this process holds (else nothing)."""
+        with _HELD_LOCK:
+            held = _HELD.get(str(self.path.resolve()))
+            if held is not None:
+                fd = held[0]
+                os.pwrite(fd, f"worker {pid}\n".encode(), os.fstat(fd).st_size)

@@ -1,92 +1,68 @@
-"""Budgets (harness/budgets.py) and the verdict / baseline gate (harness/gate.py)."""
+"""Budget files (harness/budgets.py: parsing, validation, lookup, regen) and the verdict / baseline
+gate (harness/gate.py). The default budgets' derivation has its own tests (test_budget_derivation)."""
 from __future__ import annotations
 
 import math
 
 import pandas as pd
 import pytest
-import torch
 
-from harness.budgets import (Budget, Override, REGEN_CAP, default_budget, load_budget_file, lookup,
-                             parse_budget_file, regen, write_budget_file)
-from harness.references.errors import UsageError
+from harness.budgets import (REGEN_GROWTH_CAP, Budget, Override, budget_file_text, default_budget, load_budget_file,
+                             lookup, parse_budget_file, regen)
 from harness.gate import apply_baseline, verdict
-from harness.references.exact import Inputs
+from harness.references.errors import UsageError
 from harness.references.formats import fmt_of
+from harness.references.models import resolve
 
-U32 = 2.0 ** -24
-BF16, FP16, FP32 = fmt_of("bf16"), fmt_of("fp16"), fmt_of("fp32")
-
-
-def small_inputs(tokens=4, hidden=16):
-    x = torch.ones(tokens, hidden, dtype=torch.bfloat16)
-    return Inputs(x, x.clone(), torch.ones(hidden, dtype=torch.bfloat16), x.clone(), 1e-5, False)
-
-
-@pytest.mark.parametrize("rounding", ["chain", "fused"])
-def test_default_model_budgets(rounding):
-    inp = small_inputs()
-    assert default_budget("y", "model", rounding, BF16, BF16, inp) == Budget("ulp", 0.5, "default")
-    for out in ("dx", "dgate", "dweight"):
-        assert default_budget(out, "model", rounding, BF16, BF16, inp) == Budget("scaled", 1.0, "default")
-    # model budgets do not depend on the regime
-    assert default_budget("y", "model", rounding, BF16, BF16, inp, "extreme").value == 0.5
-
-
-def test_default_exact_chain_bf16():
-    h, t = 16, 4
-    inp = small_inputs(t, h)
-    lh, lt = math.log2(h), math.log2(t)
-    rho_n = (6 + lh + math.sqrt(h)) * U32
-    su = BF16.u
-    want = {
-        "y": 0.5 + 1 + (rho_n + 8 * U32) / su,
-        "dgate": 1.0 + 1 + (rho_n + 12 * U32) / su,
-        "dx": 1.0 + 1 + (rho_n + 8 * U32 + (4 + lh + math.sqrt(h)) * U32) / su,
-        "dweight": 1.0 + 1 + (rho_n + 8 * U32 + (4 + lt + math.sqrt(t)) * U32) / su,
-    }
-    for out, v in want.items():
-        b = default_budget(out, "exact", "chain", BF16, BF16, inp)
-        assert b.value == pytest.approx(v, rel=1e-12), out
-        assert b.metric == ("ulp" if out == "y" else "scaled")
-
-
-def test_default_exact_fused_has_no_intermediate_rounding_term():
-    inp = small_inputs()
-    chain = default_budget("y", "exact", "chain", BF16, BF16, inp).value
-    fused = default_budget("y", "exact", "fused", BF16, BF16, inp).value
-    assert chain - fused == pytest.approx(1.0)
-    # fp32 gate output with bf16 activations: the n rounding counts act.u / out.u = 2**16
-    g = default_budget("dgate", "exact", "chain", FP32, BF16, inp).value
-    assert g > 2 ** 16
-
-
-def test_default_exact_extreme_is_inf():
-    inp = small_inputs()
-    for out in ("y", "dx", "dgate", "dweight"):
-        b = default_budget(out, "exact", "chain", BF16, BF16, inp, "extreme")
-        assert b.value == math.inf and b.source.startswith("default")
-
-
+BF16, FP32 = fmt_of("bf16"), fmt_of("fp32")
 HEADER = "impl,rounding,dtype,output,reference,regime,metric,budget\n"
 
 
+def _default(output, reference, regime="normal", model="chain"):
+    return default_budget(output, reference, resolve(model), BF16, BF16, FP32, 16, 4, True, regime)
+
+
+@pytest.mark.parametrize("model", ["chain", "fused", "xhat"])
+def test_model_reference_budget_is_the_final_rounding(model):
+    for out in ("y", "dx", "dgate", "dweight"):
+        for regime in ("normal", "extreme"):
+            assert _default(out, f"model:{model}", regime, model) == Budget("ulp", 0.5, "default")
+
+
+def test_exact_budgets_are_finite_in_normal_and_reported_in_extreme():
+    for out in ("y", "dx", "dgate", "dweight"):
+        b = _default(out, "exact")
+        assert b.metric == ("ulp" if out == "y" else "scaled") and 0.5 <= b.value < 10
+        e = _default(out, "exact", "extreme")
+        assert e.value == math.inf and e.source.startswith("default (extreme")
+
+
+# ------------------------------------------------------------------------------ parsing
+
 def test_parse_good_file():
     text = HEADER + "# a comment\ntorch,chain,bf16,y,exact,normal,ulp,2.5\n*,*,*,dx,*,*,scaled,3\n\n"
-    ov = parse_budget_file(text, "b.csv")
-    assert ov == [Override("torch", "chain", "bf16", "y", "exact", "normal", "ulp", 2.5),
-                  Override("*", "*", "*", "dx", "*", "*", "scaled", 3.0)]
+    assert parse_budget_file(text, "b.csv") == [
+        Override("torch", "chain", "bf16", "y", "exact", "normal", "ulp", 2.5),
+        Override("*", "*", "*", "dx", "*", "*", "scaled", 3.0)]
+
+
+def test_parse_accepts_another_registered_metric_and_rounding_aliases():
+    ov = parse_budget_file(HEADER + "*,*,*,dx,model,*,abs,1e-3\n", "b.csv")
+    assert ov[0].metric == "abs"
 
 
 @pytest.mark.parametrize("body,needles", [
     ("impl,rounding,dtype,output\n", ("line 1", "header")),
     (HEADER + "torch,chain,bf16,y,exact,normal,ulp\n", ("line 2", "expected 8 fields, got 7")),
     (HEADER + "torch,chain,bf16,y,exact,normal,ulp,1,extra\n", ("line 2", "got 9")),
+    (HEADER + "torch,chian,bf16,y,exact,normal,ulp,1\n", ("line 2", "chian")),
+    (HEADER + "torch,chain,bf61,y,exact,normal,ulp,1\n", ("line 2", "dtype", "bf61")),
+    (HEADER + "torch,chain,fp64,y,exact,normal,ulp,1\n", ("line 2", "dtype", "fp64")),
     (HEADER + "torch,chain,bf16,dz,exact,normal,ulp,1\n", ("line 2", "output", "dz")),
     (HEADER + "torch,chain,bf16,y,golden,normal,ulp,1\n", ("line 2", "reference", "golden")),
-    (HEADER + "torch,chain,bf16,y,exact,normal,abs,1\n", ("line 2", "metric", "abs")),
-    (HEADER + "torch,chain,bf16,y,exact,normal,scaled,1\n", ("line 2", "metric", "y is budgeted in ulp")),
-    (HEADER + "torch,chain,bf16,dx,exact,normal,ulp,1\n", ("line 2", "metric", "dx is budgeted in scaled")),
+    (HEADER + "torch,chain,bf16,y,exact,normall,ulp,1\n", ("line 2", "regime", "normall")),
+    (HEADER + "torch,chain,bf16,y,exact,normal,ulps,1\n", ("line 2", "metric", "ulps")),
+    (HEADER + ",chain,bf16,y,exact,normal,ulp,1\n", ("line 2", "impl", "empty")),
     (HEADER + "torch,chain,bf16,y,exact,normal,ulp,lots\n", ("line 2", "budget", "lots")),
     (HEADER + "torch,chain,bf16,y,exact,normal,ulp,-1\n", ("line 2", "budget", ">= 0")),
     (HEADER + "torch,chain,bf16,y,exact,normal,ulp,inf\n", ("line 2", "budget")),
@@ -98,12 +74,12 @@ def test_parse_errors_name_the_line(body, needles):
     with pytest.raises(UsageError) as ei:
         parse_budget_file(body, "my/budgets.csv")
     msg = str(ei.value)
-    assert msg.startswith("my/budgets.csv: ")
+    assert msg.startswith("my/budgets.csv: ") and "\n" not in msg
     for n in needles:
         assert n in msg, (n, msg)
 
 
-def test_parse_error_line_counts_comments():
+def test_parse_error_line_counts_comments_and_blank_lines():
     text = "# budgets\n" + HEADER + "\ntorch,chain,bf16,y,exact,normal,ulp,oops\n"
     with pytest.raises(UsageError, match="line 4:"):
         parse_budget_file(text, "b.csv")
@@ -112,10 +88,17 @@ def test_parse_error_line_counts_comments():
 def test_load_budget_file(tmp_path):
     with pytest.raises(UsageError, match="not found"):
         load_budget_file(str(tmp_path / "none.csv"))
+    with pytest.raises(UsageError, match="not found"):
+        load_budget_file(str(tmp_path))                      # a directory
     f = tmp_path / "b.csv"
     f.write_text(HEADER + "*,*,*,y,*,*,ulp,4\n")
     assert load_budget_file(str(f))[0].budget == 4.0
+    f.write_bytes(HEADER.encode() + b"*,*,*,y,*,*,ulp,4\n# caf\xe9\n")
+    with pytest.raises(UsageError, match=r"line 3: not UTF-8 text \(byte 0xe9\)"):
+        load_budget_file(str(f))
 
+
+# ------------------------------------------------------------------------------ lookup
 
 def test_lookup_specificity():
     ov = parse_budget_file(HEADER + "*,*,*,y,*,*,ulp,4\n"
@@ -128,7 +111,11 @@ def test_lookup_specificity():
     assert lookup(ov, d, "other", "chain", "bf16", "y", "exact", "normal", "b.csv").value == 4.0
     assert lookup(ov, d, "other", "chain", "bf16", "dgate", "exact", "normal", "b.csv") == d
     assert lookup([], d, "torch", "chain", "bf16", "y", "exact", "normal") == d
+    # a reference is matched by its kind: "model" matches model:chain
+    assert lookup(ov, d, "torch", "chain", "bf16", "y", "model:chain", "normal", "b.csv").value == 5.0
 
+
+# ------------------------------------------------------------------------------ regen
 
 def _results(rows):
     cols = ["impl", "rounding", "out_dtype", "output", "reference", "regime", "budget_metric",
@@ -146,22 +133,21 @@ def test_regen_rounds_up_grows_and_caps():
     ])
     lines, grown, refused = regen(df)
     by = {(ln["output"], ln["reference"]): ln for ln in lines}
-    assert set(by) == {("y", "exact"), ("y", "model:chain"), ("dx", "exact")}    # error rows ignored
+    assert set(by) == {("y", "exact"), ("y", "model"), ("dx", "exact")}        # error rows ignored
     assert by[("y", "exact")]["budget"] == pytest.approx(1.3)
-    assert by[("y", "model:chain")]["budget"] == pytest.approx(0.44)
-    assert by[("dx", "exact")]["budget"] == 1.0                                 # refused: kept old
+    assert by[("y", "model")]["budget"] == 0.5                                 # never below the default
+    assert by[("dx", "exact")]["budget"] == 1.0                                # refused: kept old
     assert [(k[3], new, old) for k, new, old in grown] == [("y", pytest.approx(1.3), 1.0)]
     assert [(k[3], new, old) for k, new, old in refused] == [("dx", 13.0, 1.0)]
-    assert by[("y", "exact")]["metric"] == "ulp" and by[("dx", "exact")]["metric"] == "scaled"
-
     lines, grown, refused = regen(df, allow_growth=True)
     by = {(ln["output"], ln["reference"]): ln for ln in lines}
     assert by[("dx", "exact")]["budget"] == 13.0 and not refused
-    assert REGEN_CAP == 9.0
+    assert REGEN_GROWTH_CAP == 9.0
 
 
-def test_regen_refuses_non_finite():
-    df = _results([("torch", "chain", "bf16", "y", "exact", "normal", "ulp", math.inf, 0.0, 1.0, "fail")])
+def test_regen_refuses_non_finite_and_keeps_reported_budgets_out():
+    df = _results([("torch", "chain", "bf16", "y", "exact", "normal", "ulp", math.inf, 0.0, 1.0, "fail"),
+                   ("torch", "chain", "bf16", "dx", "exact", "extreme", "scaled", 0.0, 5.0, math.inf, "pass")])
     lines, grown, refused = regen(df, allow_growth=True)
     assert lines == [] and len(refused) == 1
 
@@ -170,17 +156,18 @@ def test_regen_file_round_trips(tmp_path):
     df = _results([("torch", "chain", "bf16", "y", "exact", "normal", "ulp", 1.234, 0.1, 1.0, "fail")])
     lines, _, _ = regen(df)
     f = tmp_path / "b.csv"
-    write_budget_file(lines, f)
-    ov = load_budget_file(str(f))
-    assert ov == [Override("torch", "chain", "bf16", "y", "exact", "normal", "ulp", 1.3)]
+    f.write_text(budget_file_text(lines))
+    assert load_budget_file(str(f)) == [Override("torch", "chain", "bf16", "y", "exact", "normal", "ulp", 1.3)]
 
 
 def test_regen_is_idempotent():
     for v in (0.14, 0.28, 0.56, 1.3, 0.5):
-        df = _results([("torch", "chain", "bf16", "y", "exact", "normal", "ulp", v, 0.0, 1.0, "pass")])
-        lines, _, _ = regen(df)
+        df = _results([("torch", "chain", "bf16", "y", "exact", "normal", "ulp", v, 0.0, 0.1, "pass")])
+        lines, _, _ = regen(df, allow_growth=True)
         assert float(f"{lines[0]['budget']:.6g}") == v
 
+
+# ------------------------------------------------------------------------------ gate
 
 def _gate_df(values, status="pass", budget=0.5):
     return pd.DataFrame([{"case_id": f"c{i}", "impl": "torch", "output": "y", "reference": "exact",
@@ -190,9 +177,7 @@ def _gate_df(values, status="pass", budget=0.5):
 
 
 def test_apply_baseline():
-    base = _gate_df([0.1, 0.0, 0.3, 0.2])
-    now = _gate_df([0.4, 0.01, 0.1, 0.2])
-    out = apply_baseline(now, base)
+    out = apply_baseline(_gate_df([0.4, 0.01, 0.1, 0.2]), _gate_df([0.1, 0.0, 0.3, 0.2]))
     assert out["status"].tolist() == ["fail", "pass", "pass", "pass"]
     assert out["regressed"].tolist() == [True, False, False, False]
     assert out.loc[0, "reason"].startswith("regressed")
@@ -201,47 +186,52 @@ def test_apply_baseline():
 
 def test_apply_baseline_zero_floor():
     # baseline 0: 25 % of the budget is allowed on top, not 25 % of 0
-    out = apply_baseline(_gate_df([0.12], budget=0.5), _gate_df([0.0], budget=0.5))
-    assert out["status"].tolist() == ["pass"]
-    out = apply_baseline(_gate_df([0.13], budget=0.5), _gate_df([0.0], budget=0.5))
-    assert out["status"].tolist() == ["fail"]
+    assert apply_baseline(_gate_df([0.12]), _gate_df([0.0]))["status"].tolist() == ["pass"]
+    assert apply_baseline(_gate_df([0.13]), _gate_df([0.0]))["status"].tolist() == ["fail"]
 
 
-def test_apply_baseline_scaled_metric_and_missing_rows():
-    now = _gate_df([0.0, 0.0])
-    now["budget_metric"] = "scaled"
-    now["max_scaled_err"] = [0.9, 0.9]
-    now["budget"] = 1.0
-    base = now.iloc[:1].copy()
-    base["max_scaled_err"] = 0.1
-    out = apply_baseline(now, base)
-    assert out["status"].tolist() == ["fail", "pass"]       # case c1 has no baseline row: no regression
+def test_apply_baseline_twice_does_not_stack():
+    once = apply_baseline(_gate_df([0.4]), _gate_df([0.1]))
+    assert once["status"].tolist() == ["fail"]
+    again = apply_baseline(once, _gate_df([0.39]))          # a newer baseline: the old verdict is replaced
+    assert again["status"].tolist() == ["pass"] and again["reason"].tolist() == [""]
 
 
-def test_apply_baseline_keeps_existing_fails():
+def test_apply_baseline_missing_rows_and_existing_fails():
+    now = _gate_df([0.45, 0.45])
+    out = apply_baseline(now, _gate_df([0.1]))              # c1 has no baseline row: no regression
+    assert out["status"].tolist() == ["fail", "pass"]
     out = apply_baseline(_gate_df([0.9], status="fail"), _gate_df([0.1]))
     assert out["status"].tolist() == ["fail"] and out["regressed"].tolist() == [False]
 
 
 def test_apply_baseline_with_csv_loaded_frames(tmp_path):
-    """Frames read back from CSV (reason column all-NaN floats)."""
+    from harness.reports.rundir import read_csv
     p = tmp_path / "r.csv"
     _gate_df([0.1]).to_csv(p, index=False)
-    base = pd.read_csv(p)
+    base = read_csv(p)
     _gate_df([0.45]).to_csv(p, index=False)
-    now = pd.read_csv(p)
-    out = apply_baseline(now, base)
+    out = apply_baseline(read_csv(p), base)
     assert out["status"].tolist() == ["fail"] and "regressed" in out.loc[0, "reason"]
 
 
 def test_verdict():
     assert verdict(pd.DataFrame())[0] == 1
     code, lines = verdict(_gate_df([0.1, 0.2]))
-    assert code == 0 and lines[0] == "harness: 2 pass, 0 fail, 0 error"
-    df = _gate_df([0.1, 0.2, 0.3])
+    assert code == 0 and lines[0] == "harness: 2 pass, 0 fail, 0 error, 0 skip"
+    df = _gate_df([0.1, 0.2, 0.3, 0.4])
     df.loc[1, "status"], df.loc[1, "reason"] = "fail", "too big"
     df.loc[2, "status"], df.loc[2, "reason"] = "error", "raised"
+    df.loc[3, "status"], df.loc[3, "reason"] = "skip", "unsupported"
     code, lines = verdict(df)
-    assert code == 1 and lines[0] == "harness: 1 pass, 1 fail, 1 error"
+    assert code == 1 and lines[0] == "harness: 1 pass, 1 fail, 1 error, 1 skip"
     assert any("FAIL" in ln and "too big" in ln for ln in lines)
     assert any("ERROR" in ln and "raised" in ln for ln in lines)
+    assert verdict(df[df["status"].isin(["pass", "skip"])])[0] == 0        # skips are neither
+    # an implementation that skips every case verified nothing: it does not pass
+    skips = df[df["status"] == "skip"]
+    code, lines = verdict(skips)
+    assert code == 1 and lines[-1] == "harness: torch: every case skipped, no check measured: nothing was verified"
+    other = pd.concat([df[df["status"] == "pass"], skips.assign(impl="lazy")])
+    code, lines = verdict(other)
+    assert code == 1 and "harness: lazy: every case skipped" in lines[-1]

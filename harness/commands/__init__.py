@@ -43,7 +43,26 @@ _COMMANDS = {
 }
 
 
+def _prespawn(args) -> None:
+    """A sweep's first workers, started before this process imports torch (a second or more) so
+    that their imports overlap its own and its input checks; unused ones end with the command."""
+    if args.cmd not in ("run", "identify") or args.isolate == "inline" or args.cases == "hypothesis" \
+            or args.jobs < 1 or (args.threads is not None and args.threads < 1):
+        return
+    try:
+        gpus = tuple(int(g) for g in args.gpus.split(",")) if args.gpus else ()
+    except ValueError:
+        return                                   # the command says why, in one line
+    from harness.worker import cores, prespawn, sweep_envs
+    prespawn(sweep_envs(args.jobs, args.threads, gpus)[:max(cores(), len(gpus))])
+
+
 def dispatch(args) -> int:
     import importlib
+    from harness.worker import drop_spares
     module, name = _COMMANDS[args.cmd].split(":")
-    return getattr(importlib.import_module(module), name)(args)
+    _prespawn(args)
+    try:
+        return getattr(importlib.import_module(module), name)(args)
+    finally:
+        drop_spares()

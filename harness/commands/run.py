@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.api import Results, load_baseline, plan, run_plan
+from harness.api import Results, check_run_options, load_baseline, plan, run_plan
 from harness.commands import EXIT_OK, Progress, err
 from harness.commands.common import check_output_file, finish, parse_gpus, parse_shard, timing_line
 from harness.references.errors import UsageError
@@ -19,16 +19,19 @@ def cmd_run(args) -> int:
     if args.shard_by and not args.shard:
         raise UsageError("--shard-by applies to --shard (--jobs always splits by shape)")
     check_output_file("--junit", args.junit)
+    check_run_options(args.jobs, args.timeout, args.threads)
+    gpus = parse_gpus(args.gpus)
     p = plan(args.impl, args.cases, args.device, args.budgets, args.baseline, args.golden, args.reference_backend,
              parse_shard(args.shard), args.shard_by or "case", args.repeats, args.require_repeatable)
-    err(f"harness: {len(p.cases)} cases x {len(p.impls)} implementation(s) "
-        f"[{', '.join(f'{i.name} ({i.rounding.name})' for i in p.impls)}] on {p.settings.device}")
-    results = run_plan(p, args.out, resume=args.resume, jobs=args.jobs, timeout=args.timeout,
-                       isolate=args.isolate, threads=args.threads, gpus=parse_gpus(args.gpus),
-                       progress=Progress(), log=err)
-    err(timing_line(results.timings, [i.name for i in p.impls]))
-    return finish(results, Path(args.out), p.settings.device, p.impls, f"{p.suite}: {', '.join(args.impl)}",
-                  args.junit, args.no_report, args.reference_backend)
+    rd = RunDir(args.out).create().check_outputs()
+    with rd.lock():                 # to the last report: a second run into --out fails at once
+        err(f"harness: {len(p.cases)} cases x {len(p.impls)} implementation(s) "
+            f"[{', '.join(f'{i.name} ({i.rounding.name})' for i in p.impls)}] on {p.settings.device}")
+        results = run_plan(p, args.out, resume=args.resume, jobs=args.jobs, timeout=args.timeout,
+                           isolate=args.isolate, threads=args.threads, gpus=gpus, progress=Progress(), log=err)
+        err(timing_line(results.timings, [i.name for i in p.impls]))
+        return finish(results, Path(args.out), p.settings.device, p.impls, f"{p.suite}: {', '.join(args.impl)}",
+                      args.junit, args.no_report, args.reference_backend)
 
 
 def cmd_cases(args) -> int:

@@ -31,15 +31,15 @@ def cmd_budgets(args) -> int:
         from harness.derivation import derivation_table
         print(derivation_table())
         return EXIT_OK
-    p = Path(args.src)
-    f = p / "results.csv" if p.is_dir() else p
-    if not f.is_file():
-        raise UsageError(f"budgets regen --from {args.src}: no results.csv")
     out = Path(args.output)
     if out.is_dir():
         raise UsageError(f"-o {args.output}: is a directory, expected a file path")
     if not out.parent.is_dir():
         raise UsageError(f"-o {args.output}: no directory {out.parent}")
+    p = Path(args.src)
+    f = p / "results.csv" if p.is_dir() else p
+    if not f.is_file():
+        raise UsageError(f"budgets regen --from {args.src}: no results.csv")
     lines, grown, refused = regen(read_results(f), allow_growth=args.allow_growth)
     with atomic_write(out, "w") as fh:
         fh.write(budget_file_text(lines))

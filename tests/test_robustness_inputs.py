@@ -1,0 +1,204 @@
+"""Bad input files, output paths in the way, names pandas reads as missing, NaN references: each
+is refused with one line and exit 2 before the sweep starts (nothing run, nothing written), or —
+for NaN — fails the check. The process-level classes are tests/test_robustness.py's."""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from harness.reports.rundir import read_csv, read_results
+from tests.test_robustness import TWO, one_line_usage, run
+
+HEADER = "impl,rounding,dtype,output,reference,regime,metric,budget\n"
+
+
+# ---------------------------------------------------------------------- 7: files
+
+def _nothing_ran(out: Path, err: str) -> bool:
+    return not (out / "results.csv").exists() and "[1/" not in err and "cases x" not in err
+
+
+@pytest.mark.parametrize("content", [
+    b"",                                                                  # empty
+    b"a,b\n1,2\n",                                                        # not a results.csv
+    b"\xff\xfe\x00garbage\x00\xff\n\x81\x82",                             # not text
+])
+def test_bad_baseline_file_exits_2_before_the_sweep(capsys, tmp_path, content):
+    (tmp_path / "s.toml").write_text(TWO)
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "results.csv").write_bytes(content)
+    out = tmp_path / "o"
+    code, o, e = run(capsys, "run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu",
+                     "--out", out, "--baseline", base)
+    assert one_line_usage(code, e), e
+    assert _nothing_ran(out, e)
+
+
+def test_missing_or_unreadable_baseline_exits_2_before_the_sweep(capsys, tmp_path):
+    (tmp_path / "s.toml").write_text(TWO)
+    out = tmp_path / "o"
+    unreadable = tmp_path / "u"
+    (unreadable / "results.csv").mkdir(parents=True)        # a directory where the file should be
+    for base in (tmp_path / "nowhere", tmp_path, unreadable):
+        code, o, e = run(capsys, "run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu",
+                         "--out", out, "--baseline", base)
+        assert one_line_usage(code, e), e
+        assert _nothing_ran(out, e)
+
+
+@pytest.mark.parametrize("line,field", [
+    ("*,chian,*,y,*,*,ulp,1", "rounding"), ("*,*,bf61,y,*,*,ulp,1", "dtype"), ("*,*,*,yy,*,*,ulp,1", "output"),
+    ("*,*,*,y,exakt,*,ulp,1", "reference"), ("*,*,*,y,*,normall,ulp,1", "regime"),
+    ("*,*,*,y,*,*,ulps,1", "metric"),
+])
+def test_budget_file_typo_exits_2_with_its_line(capsys, tmp_path, line, field):
+    (tmp_path / "s.toml").write_text(TWO)
+    b = tmp_path / "b.csv"
+    b.write_text("# budgets\n" + HEADER + "*,*,*,dx,*,*,scaled,2\n" + line + "\n")
+    out = tmp_path / "o"
+    code, o, e = run(capsys, "run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu",
+                     "--out", out, "--budgets", b)
+    assert one_line_usage(code, e), e
+    assert f"{b}: line 4: " in e and field in e
+    assert _nothing_ran(out, e)
+
+
+def test_non_utf8_budget_file_exits_2_one_line(capsys, tmp_path):
+    (tmp_path / "s.toml").write_text(TWO)
+    b = tmp_path / "b.csv"
+    b.write_bytes(HEADER.encode() + b"*,*,*,y,*,*,ulp,1 \xff\xfe\n")
+    code, o, e = run(capsys, "run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu",
+                     "--out", tmp_path / "o", "--budgets", b)
+    assert one_line_usage(code, e) and "line 2" in e and "UTF-8" in e, e
+
+
+def test_output_paths_are_checked_before_the_work(capsys, tmp_path):
+    (tmp_path / "s.toml").write_text(TWO)
+    run_args = ["run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu"]
+    d = tmp_path / "adir"
+    d.mkdir()
+    blocked = tmp_path / "blocked"
+    (blocked / "summary.csv").mkdir(parents=True)           # a run's own file name taken by a directory
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases = [   # (argv, what the one line says)
+        (run_args + ["--out", tmp_path / "o1", "--junit", d], "is a directory"),
+        (run_args + ["--out", blocked], "summary.csv is a directory"),
+        (run_args + ["--out", afile], "cannot create the directory"),
+        (run_args + ["--out", tmp_path / "o2", "--golden", afile], "--golden"),
+        (["replay", "0123456789ab", "--impl", "torch", "--cases", tmp_path / "s.toml", "--out", afile],
+         "is a file, expected a directory"),
+        (["budgets", "regen", "--from", tmp_path / "nowhere", "-o", d], "is a directory"),
+        (["budgets", "regen", "--from", tmp_path / "nowhere", "-o", tmp_path / "no" / "b.csv"], "no directory"),
+    ]
+    for argv, says in cases:
+        code, o, e = run(capsys, *argv)
+        assert one_line_usage(code, e) and says in e, (argv, e)
+        assert "[1/" not in e and "cases x" not in e
+    assert not (tmp_path / "o1").exists() and not (blocked / "results.csv").exists()
+
+
+def test_budgets_regen_is_atomic(capsys, tmp_path, monkeypatch):
+    (tmp_path / "s.toml").write_text(TWO)
+    src = tmp_path / "src"
+    assert run(capsys, "run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu", "--out", src,
+               "--no-report", "--isolate", "inline", "--repeats", "0")[0] == 0
+    target = tmp_path / "budgets.csv"
+    target.write_text("OLD\n")
+
+    def boom(lines):
+        raise RuntimeError("cut short")
+    import harness.budgets
+    monkeypatch.setattr(harness.budgets, "budget_file_text", boom)
+    code, o, e = run(capsys, "budgets", "regen", "--from", src, "-o", target)
+    assert code == 3
+    assert target.read_text() == "OLD\n" and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["budgets.csv", "s.toml", "src"]                      # no half-written or temporary file
+    monkeypatch.undo()
+    code, o, e = run(capsys, "budgets", "regen", "--from", src, "-o", target)
+    assert code == 0 and target.read_text().startswith(HEADER)
+
+
+def test_written_files_have_normal_permissions(capsys, tmp_path):
+    (tmp_path / "s.toml").write_text(TWO)
+    old = os.umask(0o002)
+    try:
+        out, junit = tmp_path / "o", tmp_path / "j" / "junit.xml"
+        code, o, e = run(capsys, "run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu",
+                         "--out", out, "--junit", junit, "--isolate", "inline", "--repeats", "0")
+        assert code == 0, o + e
+    finally:
+        os.umask(old)
+    for f in ("results.csv", "summary.csv", "report.html", "timing.csv", "pair-timing.csv"):
+        assert (out / f).stat().st_mode & 0o777 == 0o664, f
+    assert junit.stat().st_mode & 0o777 == 0o664
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+# ---------------------------------------------------------------------- 8: names pandas reads as missing
+
+@pytest.mark.parametrize("name", ["NA", "None", "nan", "null", "NaN", "NULL", "n/a"])
+def test_missing_value_names_are_refused_at_impl(capsys, tmp_path, name):
+    (tmp_path / "two.toml").write_text(TWO)
+    code, o, e = run(capsys, "run", "--impl", f"{name}=harness.impls.torch_ref:chain", "--cases",
+                     tmp_path / "two.toml", "--device", "cpu", "--out", tmp_path / "o")
+    assert one_line_usage(code, e), e
+    if "/" not in name:                     # "n/a" is not even a valid NAME=MODULE:ATTR
+        assert "reads as a missing value" in e
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_value_names_are_refused_through_the_api():
+    import harness
+    from harness.impls.registry import resolve
+    from harness.references.errors import UsageError
+    impl = replace(resolve("torch"), name="None", spec="")
+    with pytest.raises(UsageError, match="missing value"):
+        harness.verify(impl, cases="quick", device="cpu")
+
+    def null(h, **kw):
+        pass
+    with pytest.raises(UsageError, match="missing value"):
+        harness.verify(null, cases="quick", device="cpu")
+
+
+def test_csv_reads_keep_names_as_text(tmp_path):
+    """Even a results.csv written by something else: impl and case ids stay the strings they were."""
+    names = ["NA", "None", "nan", "null", "NaN", "N/A", "#N/A", "<NA>", "-nan", "1.#IND"]
+    df = pd.DataFrame({"case_id": ["0123456789ab", "000000000001"] * 5, "impl": names, "output": "y",
+                       "reference": "exact", "status": "pass", "max_ulp": [0.5, ""] * 5, "reason": ""})
+    p = tmp_path / "results.csv"
+    df.to_csv(p, index=False)
+    back = read_results(p)
+    assert back["impl"].tolist() == names and back["case_id"].tolist() == df["case_id"].tolist()
+    assert back["reason"].tolist() == [""] * 10
+    assert back["max_ulp"].isna().tolist() == [False, True] * 5
+    assert read_csv(p, text=("impl",))["impl"].tolist() == names
+
+
+# ---------------------------------------------------------------------- 9: NaN against a NaN reference
+
+def test_nan_against_a_nan_reference_fails(inputs_factory):
+    from harness.analysis.check import check
+    from harness.execute import run_impl
+    from harness.impls.registry import resolve
+    from harness.references.bundle import build
+    from tests.conftest import make_case
+    inp = inputs_factory((2, 16))
+    x = inp.x.clone()
+    x[0, 3] = float("nan")
+    inp = replace(inp, x=x)
+    impl = resolve("torch")
+    outcome = run_impl(impl, inp, torch.bfloat16, "cpu")
+    assert all(bool(t.isnan().any()) for t in outcome.outputs.values())
+    rows = check(make_case(shape=(2, 16)), impl, "cpu", build(inp, "auto"), outcome)
+    assert len(rows) == 8
+    for r in rows:
+        assert r["status"] == "fail", r
+        assert "reference is NaN" in r["reason"] and "never passes" in r["reason"]

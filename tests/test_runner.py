@@ -1,0 +1,269 @@
+"""The sweep's parts (harness/runner.py, harness/worker.py, reports/rundir.py) one at a time: the
+split over workers, re-gating on resume, what resume keeps, the worker protocol, the lock."""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.cases.suite import load_suite
+from harness.impls.registry import resolve
+from harness.pair import PairRunner, Settings
+from harness.references.errors import UsageError
+from harness.reports.rundir import PAIR_TIMING, RunDir, read_results
+from harness.runner import Sweep, compile_key, expected_checks, regate, resume_rows, shard, worker_env
+from harness.worker import describe_exit
+from tests.conftest import make_case
+
+HEADER = "impl,rounding,dtype,output,reference,regime,metric,budget\n"
+
+
+# ------------------------------------------------------------------------------ split
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+@pytest.mark.parametrize("by", ["case", "shape"])
+def test_shard_is_disjoint_complete_and_ordered(n, by):
+    cases = list(load_suite("quick").cases)
+    parts = [shard(cases, k, n, by) for k in range(1, n + 1)]
+    assert sorted(c.case_id for p in parts for c in p) == sorted(c.case_id for c in cases)
+    for p in parts:
+        assert p == [c for c in cases if c in p]                 # suite order kept
+    if by == "shape":                                            # one compile key, one part
+        owner = {}
+        for k, p in enumerate(parts):
+            for c in p:
+                assert owner.setdefault(compile_key(c), k) == k
+
+
+def test_worker_env_pins_threads_and_gpu(monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    env = worker_env(1, 3, 1)
+    assert env["OMP_NUM_THREADS"] == "1" and env["TORCHINDUCTOR_COMPILE_THREADS"] == "3"
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert "CUDA_VISIBLE_DEVICES" not in worker_env(2, 1, None) or os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+# ------------------------------------------------------------------------------ regate
+
+def _rows(budgets=(), path="", case=None, impl="torch", repeats=0):
+    """One measured pair's rows, in process."""
+    case = case or make_case(shape=(4, 32))
+    s = Settings("cpu", tuple(budgets), path, repeats=repeats)
+    rows, _ = PairRunner(s).run(case, resolve(impl))
+    return case, pd.DataFrame(rows)
+
+
+def _tight(tmp_path):
+    from harness.budgets import load_budget_file
+    f = tmp_path / "tight.csv"
+    f.write_text(HEADER + "*,*,*,y,exact,*,ulp,0\n")
+    return tuple(load_budget_file(str(f))), str(f)
+
+
+def test_regate_follows_the_current_budgets_both_ways(tmp_path):
+    case, df = _rows()
+    impls = {"torch": resolve("torch")}
+    assert (df["status"] == "pass").all()
+    tight, path = _tight(tmp_path)
+    t = regate(df, {case.case_id: case}, impls, Settings("cpu", tight, path, suite_ref="s.toml"))
+    y = (t["output"] == "y") & (t["reference"] == "exact")
+    assert (t[y]["status"] == "fail").all() and (t[~y]["status"] == "pass").all()
+    assert t[y]["reason"].str.match(r"y ulp error \S+ > budget 0 at \[").all()
+    assert (t[y]["budget_source"] == path).all() and t[y]["count_over"].isna().all()
+    assert t["replay"].str.contains("--cases s.toml").all() and (t["suite"] == "s.toml").all()
+    back = regate(t, {case.case_id: case}, impls, Settings("cpu"))
+    assert (back["status"] == "pass").all() and (back["budget_source"] == "default").all()
+    assert (back["reason"] == "").all()
+    for c in ("max_ulp", "max_scaled_err", "worst_index"):        # measurements untouched
+        assert back[c].tolist() == df[c].tolist()
+
+
+def test_regate_keeps_what_is_not_about_a_budget():
+    case, df = _rows()
+    df = df.copy()
+    df.loc[0, ["status", "reason"]] = ["fail", "y reference is NaN at [0,0]: a NaN never passes"]
+    df.loc[1, ["status", "reason"]] = ["fail", "y non-finite (nan) where the reference is finite"]
+    df.loc[2, ["status", "reason"]] = ["fail", "gradient missing (None)"]
+    df.loc[3, ["status", "reason"]] = ["error", "timed out after 5 s (--timeout); the worker was killed"]
+    df.loc[4, ["status", "reason"]] = ["skip", "not supported"]
+    df.loc[5, ["status", "reason"]] = ["fail", "regressed: 0.4 vs baseline 0.1 (threshold 0.2)"]
+    out = regate(df, {case.case_id: case}, {"torch": resolve("torch")}, Settings("cpu"))
+    assert out["status"].tolist()[:6] == ["fail", "fail", "fail", "error", "skip", "pass"]
+    assert out["reason"].tolist()[:5] == df["reason"].tolist()[:5]
+
+
+def test_regate_applies_require_repeatable():
+    case, df = _rows()
+    df = df.copy()
+    df["repeatable"], df["differing_elements"] = True, 0
+    df.loc[0, ["repeatable", "differing_elements"]] = [False, 3]
+    s = Settings("cpu", require_repeatable=True)
+    out = regate(df, {case.case_id: case}, {"torch": resolve("torch")}, s)
+    assert out.loc[0, "status"] == "fail" and "3 elements differ" in out.loc[0, "reason"]
+    assert (out["status"][1:] == "pass").all()
+    again = regate(out, {case.case_id: case}, {"torch": resolve("torch")}, Settings("cpu"))
+    assert (again["status"] == "pass").all()
+
+
+# ------------------------------------------------------------------------------ resume
+
+def _sweep(tmp_path, impls=("torch",), cases=None, device="cpu", budgets=(), path=""):
+    cases = cases or [make_case(shape=(4, 32)), make_case(shape=(2, 16), dtype="fp32", gate_dtype="fp32",
+                                                           weight_dtype="fp32")]
+    return Sweep(list(cases), [resolve(i) for i in impls], Settings(device, tuple(budgets), path), RunDir(tmp_path))
+
+
+def _write_pairs(rd, sweep):
+    runner = PairRunner(sweep.settings)
+    for c in sweep.cases:
+        for i in sweep.impls:
+            rows, _ = runner.run(c, i)
+            rd.append_pair(rows)
+            rd.append_csv_row(PAIR_TIMING, {"case_id": c.case_id, "impl": i.name}, ["case_id", "impl"])
+
+
+def test_resume_keeps_complete_pairs_only(tmp_path):
+    sw = _sweep(tmp_path, impls=("torch", "torch-fused"))
+    rd = sw.rundir
+    _write_pairs(rd, sw)
+    text = rd.results.read_text()
+    lines = text.splitlines(keepends=True)
+    # the last pair cut short: 3 of its rows and a torn fourth
+    rd.results.write_text("".join(lines[:-5]) + lines[-5][:30])
+    with open(rd.file(PAIR_TIMING), "a") as f:
+        f.write("torn,li")
+    kept = resume_rows(sw)
+    assert len(kept) == 3 * 8 and (kept.groupby(["case_id", "impl"]).size() == 8).all()
+    assert len(read_results(rd.results)) == 24                  # rewritten whole, atomically
+    pt = pd.read_csv(rd.file(PAIR_TIMING), dtype=str)
+    assert len(pt) == 3 and set(zip(pt.case_id, pt.impl)) == set(zip(kept.case_id, kept.impl))
+
+
+def test_resume_drops_other_impls_cases_devices_and_duplicates(tmp_path):
+    sw = _sweep(tmp_path, impls=("torch", "torch-fused"))
+    _write_pairs(sw.rundir, sw)
+    lines = sw.rundir.results.read_text().splitlines(keepends=True)
+    sw.rundir.results.write_text("".join(lines + lines[1:9]))        # a pair written twice
+    mine = _sweep(tmp_path, impls=("torch",), cases=sw.cases[:1])
+    kept = resume_rows(mine)
+    assert len(kept) == 8 and set(kept["impl"]) == {"torch"} and set(kept["case_id"]) == {sw.cases[0].case_id}
+    assert not kept.duplicated(["case_id", "impl", "output", "reference"]).any()
+    # rows measured on another device are not this invocation's
+    df = read_results(sw.rundir.results)
+    df["device"] = "cuda"
+    sw.rundir.write_results(df)
+    assert len(resume_rows(mine)) == 0 and not sw.rundir.results.exists()
+
+
+def test_resume_refuses_a_foreign_results_file_with_one_line(tmp_path):
+    sw = _sweep(tmp_path)
+    sw.rundir.results.write_text("a,b\n1,2\n")
+    with pytest.raises(UsageError, match="not a results.csv"):
+        resume_rows(sw)
+
+
+def test_expected_checks_follow_the_declared_model():
+    e = expected_checks([resolve("torch"), resolve("torch-fused")], models=("chain", "xhat"))
+    assert ("y", "model:chain") in e["torch"] and ("y", "model:fused") not in e["torch"]
+    assert len(e["torch"]) == 4 * 3 and len(e["torch-fused"]) == 4 * 4
+
+
+# ------------------------------------------------------------------------------ worker
+
+def test_describe_exit():
+    assert "SIGSEGV" in describe_exit(-signal.SIGSEGV)
+    assert "SIGKILL" in describe_exit(-signal.SIGKILL) and "out of memory" in describe_exit(-signal.SIGKILL)
+    assert "status 3" in describe_exit(3)
+    assert "stopped answering" in describe_exit(None)
+
+
+def test_worker_dies_with_its_parent(tmp_path):
+    """A process that starts a worker and is then killed with SIGKILL takes the worker with it."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "from harness.pair import Settings\n"
+        "from harness.worker import Worker\n"
+        "w = Worker(Settings('cpu'))\n"
+        "assert w.start() is None\n"
+        "print(w.pid, flush=True)\n"
+        "time.sleep(600)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1])]
+                                                      + [os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pid = int(p.stdout.readline())
+        assert _running(pid)
+        p.kill()
+        p.wait()
+        import time
+        end = time.time() + 15
+        while _running(pid) and time.time() < end:
+            time.sleep(0.1)
+        assert not _running(pid)
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# ------------------------------------------------------------------------------ lock
+
+def test_lock_is_reentrant_in_process_and_names_its_holder(tmp_path):
+    rd = RunDir(tmp_path).create()
+    with rd.lock():
+        with rd.lock():                          # the CLI holds it around run_plan, which takes it too
+            rd.note_worker(12345)
+        text = rd.file(".harness.lock").read_text()
+        assert text.startswith(f"pid {os.getpid()} ") and "worker 12345\n" in text
+        code = ("import sys\nfrom harness.reports.rundir import RunDir\n"
+                "try:\n    RunDir(sys.argv[1]).lock().__enter__()\n"
+                "except Exception as e:\n    print(e)\n")
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True).stdout
+        assert f"in use by another harness run (pid {os.getpid()} " in out
+    with rd.lock():                               # released: free again
+        pass
+
+
+def test_check_outputs(tmp_path):
+    rd = RunDir(tmp_path).create()
+    rd.check_outputs()
+    (tmp_path / "report.html").mkdir()
+    with pytest.raises(UsageError, match="report.html is a directory"):
+        rd.check_outputs()
+
+
+def test_nan_values_round_trip(tmp_path):
+    rd = RunDir(tmp_path).create()
+    _, df = _rows()
+    df.loc[0, "max_ulp"] = math.nan
+    rd.write_results(df)
+    back = read_results(rd.results)
+    assert math.isnan(back.loc[0, "max_ulp"]) and back["impl"].tolist() == df["impl"].tolist()
+
+
+def test_a_prespawned_worker_is_taken_and_spares_are_dropped():
+    from harness import worker as W
+    env = W.sweep_envs(1, None)[0]
+    W.prespawn([env, env])
+    pids = [p.pid for _, p, _ in W._SPARE]
+    try:
+        w = W.Worker(Settings("cpu"), env)
+        assert w.start() is None and w.pid in pids             # a spare, not a new process
+        w.close()
+    finally:
+        W.drop_spares()
+    assert not W._SPARE and not any(_running(p) for p in pids)
