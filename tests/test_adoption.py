@@ -132,7 +132,7 @@ def kernel(tmp_path_factory):
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mykernel\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text("[harness.impls]\nmykernel = mykernel.norm:make\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(site)])}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(site)])}
     done: dict = {}
 
     def run(commit_name: str, *args) -> tuple[int, str]:

@@ -78,6 +78,13 @@ def project(tmp_path_factory):
     return root
 
 
+def _outer_env() -> dict:
+    """This process's environment without what an enclosing `pytest -n` gave it (its worker id, and
+    the GPU the plugin pinned it to): the inner session must see a fresh machine."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT")) and k not in ("CUDA_VISIBLE_DEVICES",)}
+
+
 def session(project: Path, tmp_path: Path, test_file: str, *args, conftest: str = "", env=None, name="proj"):
     """pytest in a fresh directory holding `test_file` (and `conftest`); (exit code, output)."""
     d = tmp_path / name
@@ -87,7 +94,7 @@ def session(project: Path, tmp_path: Path, test_file: str, *args, conftest: str 
         (d / "conftest.py").write_text(conftest)
     p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *args], cwd=d,
                        capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(project), **(env or {})})
+                       env={**_outer_env(), "PYTHONPATH": str(project), **(env or {})})
     return p.returncode, p.stdout + p.stderr
 
 
