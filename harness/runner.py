@@ -1,9 +1,10 @@
 """The sweep: every planned (case, implementation) pair through isolated workers (harness.worker),
 its rows appended to the run directory's results.csv as each pair completes.
 
---jobs N runs N workers at once, every case of one compile key (hidden size and dtypes) on one
-worker so that each compile and autotuning happens once; each worker gets cores / N threads and,
-with --gpus, its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
+--jobs N runs N workers at once; each takes the next compile key (every case of one hidden size and
+dtype mix: each compile and autotuning happens once), costliest first, as it finishes one; each
+worker gets one OpenMP thread (--threads), its share of the cores for compiles and, with --gpus,
+its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
 on; a sweep that could not finish every planned pair says so (SweepResult.finished), and the
 caller never exits 0 for it. --resume keeps the finished pairs (an `error` pair is finished: a
 case that kills its worker is not retried forever) of this invocation's cases, implementations and
@@ -12,6 +13,7 @@ rest."""
 from __future__ import annotations
 
 import math
+import queue
 import re
 import threading
 import time
@@ -86,6 +88,32 @@ def shard(cases: list[Case], k: int, n: int, by: str = "case") -> list[Case]:
         owner[key] = j
         load[j] += cost
     return [c for c in cases if owner[compile_key(c)] == k - 1]
+
+
+def key_queue(todo: list) -> "queue.SimpleQueue":
+    """The pairs to run, one item per compile key (every case of a hidden size and dtype mix, for
+    every implementation still to run on it), costliest first: each worker takes the next key as it
+    finishes one (longest processing time first, dynamically), so the first calls' compiles and
+    autotuning of different keys overlap across the workers and no worker is left with a long tail
+    that a static split guessed wrong."""
+    groups: dict[tuple, list] = {}
+    for case, impls in todo:
+        groups.setdefault(compile_key(case), []).append((case, impls))
+    cost = {k: KEY_COST_IN_CASES * max(len(i) for _, i in g) + sum(len(i) for _, i in g) for k, g in groups.items()}
+    q: queue.SimpleQueue = queue.SimpleQueue()
+    for key in sorted(groups, key=lambda k: (-cost[k], repr(k))):
+        q.put(groups[key])
+    return q
+
+
+def _next_pairs(q: "queue.SimpleQueue"):
+    """The (case, impls) of key after key, until no key is left."""
+    while True:
+        try:
+            group = q.get_nowait()
+        except queue.Empty:
+            return
+        yield from group
 
 
 def expected_checks(impls: list[Implementation], models=()) -> dict[str, set]:
@@ -241,12 +269,12 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
                     rows, times = error_rows(case, impl, f"the pair raised {type(e).__name__}: {e}"), {}
                 record(case, impl, rows, times)
 
-    def isolated(mine, k: int) -> None:
+    def isolated(k: int) -> None:
         gpu = sw.gpus[k % len(sw.gpus)] if sw.gpus else None
         worker = Worker(sw.settings, worker_env(threads, compile_threads, gpu), on_start=rd.note_worker, log=log)
         workers.append(worker)
         try:
-            for case, impls in mine:
+            for case, impls in _next_pairs(pending):
                 for impl in impls:
                     if failed:
                         return
@@ -264,12 +292,11 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
             worker.close()
 
     process = sw.isolate == "process" or (sw.isolate == "auto" and all(i.spec or picklable(i) for i in sw.impls))
-    parts = [[(c, i) for c, i in todo if c in set(shard([c for c, _ in todo], k, jobs, "shape"))]
-             for k in range(1, jobs + 1)] if jobs > 1 else [todo]
+    pending = key_queue(todo)
     if not process:
         inline(todo)
     else:
-        ts = [threading.Thread(target=isolated, args=(p, k), daemon=True) for k, p in enumerate(parts)]
+        ts = [threading.Thread(target=isolated, args=(k,), daemon=True) for k in range(jobs)]
         for t in ts:
             t.start()
         try:
