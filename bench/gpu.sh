@@ -4,8 +4,8 @@
 #   bash bench/gpu.sh STAGE...
 # Stages (each logs to $OUT/log.txt with its command, exit code and wall time, the whole command
 # timed as a user types it):
-#   tests       the CUDA tests (pytest -m "not slow" over the GPU-touching files)
-#   exhaustive  `harness exhaustive` bf16 and fp16, cold (empty compile caches) then warm, + its bench
+#   tests       the test files with CUDA paths (the references' passes, the adapters, exhaustive)
+#   exhaustive  `harness exhaustive` bf16 and fp16, the whole command cold and warm (bench_exhaustive.py)
 #   quick       quick on CUDA for torch, torch-compile, fla, fla-gated and the HF adapters
 #   identify    `harness identify` for every CUDA built-in and adapter
 #   full-cold   full for torch, torch-compile, fla, --jobs 16, caches emptied first; full-warm: again
@@ -40,14 +40,9 @@ CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl
 
 for stage in "$@"; do
   case $stage in
-    tests) step tests 900 python3 -m pytest -q -p no:cacheprovider -rA tests/test_accel.py tests/test_adapters.py \
-             tests/test_exhaustive.py -k "cuda or triton or CUDA or device" ;;
-    exhaustive) cold
-      for dt in bf16 fp16; do
-        step "exhaustive-$dt-cold" 300 python3 -m harness exhaustive --dtype $dt --device cuda --out "$OUT/ex-$dt"
-        step "exhaustive-$dt-warm" 300 python3 -m harness exhaustive --dtype $dt --device cuda --out "$OUT/ex-$dt"
-      done
-      step exhaustive-bench 600 python3 bench/bench_exhaustive.py --device cuda --cli ;;
+    tests) step tests 300 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_accel.py tests/test_adapters.py \
+             tests/test_exhaustive.py ;;
+    exhaustive) step exhaustive 400 python3 bench/bench_exhaustive.py --device cuda --cli ;;
     quick) step quick 600 python3 -m harness run $CUDA_IMPLS --cases quick --device cuda --jobs 8 \
              --out "$OUT/quick" --no-report ;;
     identify) for i in torch torch-compile torch-compile-emulate fla fla-gated hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2; do
