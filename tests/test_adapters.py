@@ -241,3 +241,25 @@ def test_fla_gated_wiring_on_a_standin(small):
     rows = harness.verify(impl, cases=small, device="cpu", isolate="inline").frame
     assert (rows["status"] == "pass").all(), rows[rows["status"] != "pass"][["case_id", "output", "reason"]]
     assert set(rows["norm_before_gate"]) == {True, False} and rows["zero_centered_gamma"].any()
+
+
+def test_fla_factories_keep_their_own_kernels(monkeypatch):
+    """Both fla entries come from one implementations() call: each factory must hold its own kernel
+    (a closure over a rebound name once handed fla's RMSNormGated class to the `fla` factory)."""
+    import sys
+    import types
+
+    def rms_norm_gated(x, g, weight, bias, activation="swish", eps=1e-6):
+        return x
+    mods = {"fla": types.ModuleType("fla"), "fla.modules": types.ModuleType("fla.modules"),
+            "fla.modules.norm": types.ModuleType("fla.modules.norm"),
+            "fla.modules.norm.fused_norm_gate": types.SimpleNamespace(rms_norm_gated=rms_norm_gated),
+            "fla.modules.norm.layernorm_gated": types.SimpleNamespace(RMSNormGated=StandIn, rmsnorm_fn=standin_fn)}
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    found = {i.name: i for i in fla_adapter.implementations()}
+    assert found["fla"].unavailable is None and found["fla-gated"].unavailable is None
+    m = found["fla"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
+    assert m.fn is rms_norm_gated
+    g = found["fla-gated"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
+    assert isinstance(g.inner, StandIn)

@@ -92,8 +92,10 @@ def implementations() -> list[Implementation]:
         out.append(Implementation("fla", None, devices=("cuda",), source="builtin", spec="fla", unavailable=why,
                                   notes="pip install fla-core (CUDA + Triton)"))
     else:
+        fn = found[0]           # bound now: `found` is rebound below, and a closure would see that
+
         def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-            return FlaGatedRMSNorm(found[0], hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
+            return FlaGatedRMSNorm(fn, hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
                                    dtype=dtype, device=device)
         out.append(from_factory("fla", factory, "builtin", rounding="fused", devices=("cuda",),
                                 notes="fla-core rms_norm_gated, activation='swish' (norm first, one group)"))
