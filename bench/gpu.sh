@@ -43,6 +43,8 @@ for stage in "$@"; do
     tests) step tests 300 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_accel.py tests/test_adapters.py \
              tests/test_exhaustive.py ;;
     exhaustive) step exhaustive 400 python3 bench/bench_exhaustive.py --device cuda --cli ;;
+    exhaustive-profile) step exhaustive-profile 120 python3 -m cProfile -s cumtime -m harness exhaustive --dtype bf16 \
+             --device cuda --out "$OUT/ex-prof" ;;
     quick) step quick 600 python3 -m harness run $CUDA_IMPLS --cases quick --device cuda --jobs 8 \
              --out "$OUT/quick" --no-report ;;
     identify) for i in torch torch-compile torch-compile-emulate fla fla-gated hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2; do
