@@ -133,19 +133,30 @@ def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[st
 
 
 def time_calls(module, inp: Inputs, device: str, repeats: int) -> float:
-    """Median seconds of one forward + backward (warm), on CUDA from CUDA events around each call."""
+    """Median seconds of one forward + backward (warm): `module(x, gate)` and `y.backward(dy)` alone,
+    the fresh leaves and the weight prepared before the clock starts (as a plain timing of the call
+    would); on CUDA from CUDA events around each call, elsewhere the wall clock."""
+    module, weight = module
+    with torch.no_grad():
+        weight.copy_(inp.weight.to(device=weight.device, dtype=weight.dtype))
+    dy = inp.dy.to(device)
+    cuda = device.startswith("cuda")
     times = []
     for _ in range(repeats):
-        if device.startswith("cuda"):
+        weight.grad = None
+        x = inp.x.detach().to(device).clone().requires_grad_(True)
+        gate = inp.gate.detach().to(device).clone().requires_grad_(True)
+        _sync(device)
+        if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            forward_backward(*module, inp, device)
+        t0 = time.perf_counter()
+        module(x, gate).backward(dy)
+        if cuda:
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) / 1e3)
         else:
-            t0 = time.perf_counter()
-            forward_backward(*module, inp, device)
             times.append(time.perf_counter() - t0)
     times.sort()
     return times[len(times) // 2]

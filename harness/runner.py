@@ -64,8 +64,9 @@ class SweepResult:
 
 
 def compile_key(case: Case) -> tuple:
-    """The cases whose compiles and autotuning belong together: hidden size and dtypes."""
-    return (case.shape[-1], case.dtype, case.gate_dtype, case.weight_dtype)
+    """The cases whose compiles and autotuning belong together: hidden size, dtypes and op variant
+    (a group size or the other order is another graph, and another kernel specialisation)."""
+    return (case.shape[-1], case.dtype, case.gate_dtype, case.weight_dtype, case.group, case.norm_before_gate)
 
 
 # What a compile key costs next to each of its cases, for balancing: fitted over `full` on an H200
@@ -90,19 +91,30 @@ def shard(cases: list[Case], k: int, n: int, by: str = "case") -> list[Case]:
     return [c for c in cases if owner[compile_key(c)] == k - 1]
 
 
+# A case this big is a work item of its own: its references and certification (an fp32 2048x4096
+# case: ~25 s a pair warm on the H200) outweigh a compile, and a key holding several of them was the
+# critical path of `full` (64 s of an 84 s warm sweep).
+BIG_CASE = 1 << 22
+
+
 def key_queue(todo: list) -> "queue.SimpleQueue":
-    """The pairs to run, one item per compile key (every case of a hidden size and dtype mix, for
-    every implementation still to run on it), costliest first: each worker takes the next key as it
-    finishes one (longest processing time first, dynamically), so the first calls' compiles and
-    autotuning of different keys overlap across the workers and no worker is left with a long tail
-    that a static split guessed wrong."""
-    groups: dict[tuple, list] = {}
+    """The pairs to run as work items — every case of one compile key (each compile and autotuning
+    once), except that a big case (BIG_CASE elements) is an item of its own — costliest first: each
+    worker takes the next item as it finishes one (longest processing time first, dynamically), so
+    first calls of different keys overlap across the workers and no worker is left with a long tail
+    that a static split guessed wrong. Cost: KEY_COST_IN_CASES a key's first calls, 1 + elements/2^20
+    a pair."""
+    def pair_cost(case, impls):
+        return len(impls) * (1 + math.prod(case.shape) / (1 << 20))
+    items: dict[tuple, list] = {}
     for case, impls in todo:
-        groups.setdefault(compile_key(case), []).append((case, impls))
-    cost = {k: KEY_COST_IN_CASES * max(len(i) for _, i in g) + sum(len(i) for _, i in g) for k, g in groups.items()}
+        key = compile_key(case) + ((case.case_id,) if math.prod(case.shape) >= BIG_CASE else ())
+        items.setdefault(key, []).append((case, impls))
+    cost = {k: KEY_COST_IN_CASES * max(len(i) for _, i in g) + sum(pair_cost(c, i) for c, i in g)
+            for k, g in items.items()}
     q: queue.SimpleQueue = queue.SimpleQueue()
-    for key in sorted(groups, key=lambda k: (-cost[k], repr(k))):
-        q.put(groups[key])
+    for key in sorted(items, key=lambda k: (-cost[k], repr(k))):
+        q.put(items[key])
     return q
 
 

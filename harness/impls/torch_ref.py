@@ -66,9 +66,12 @@ chain, fused, xhat = _eager({"mid"}), _eager(set()), _eager({"xhat"})
 
 
 class Compiled(nn.Module):
-    """Keeps `weight` a plain attribute of the module the harness sees, compiled forward inside."""
+    """Keeps `weight` a plain attribute of the module the harness sees, compiled forward inside.
+    Shapes are dynamic (one graph across token counts and hidden sizes) except for grouped norms,
+    whose [..., hidden / G, G] view sent Dynamo's symbolic shape reasoning into minutes a graph
+    on the H200 (G = 1: 45-65 s a pair even with warm caches): those compile static."""
 
-    def __init__(self, inner: nn.Module, emulate_precision_casts: bool):
+    def __init__(self, inner: nn.Module, emulate_precision_casts: bool, dynamic: bool = True):
         super().__init__()
         self.inner = inner
         self.weight = inner.weight
@@ -77,7 +80,7 @@ class Compiled(nn.Module):
         from harness.references.accel.inductor import raise_recompile_limit
         raise_recompile_limit(1024)
         # The option must be in force when Inductor generates code, not when the graph runs.
-        self._fn = torch.compile(inner, dynamic=True, options={"emulate_precision_casts": emulate_precision_casts})
+        self._fn = torch.compile(inner, dynamic=dynamic, options={"emulate_precision_casts": emulate_precision_casts})
 
     def forward(self, x, gate):
         return self._fn(x, gate)
@@ -87,7 +90,7 @@ def _compiled(emulate: bool):
     def make(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
         return Compiled(chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype,
                               device=device, group_size=group_size, norm_before_gate=norm_before_gate),
-                        emulate_precision_casts=emulate)
+                        emulate_precision_casts=emulate, dynamic=group_size is None)
     return make
 
 
