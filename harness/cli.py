@@ -29,7 +29,7 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budgets", help="budget file (CSV) overriding the defaults")
     p.add_argument("--jobs", type=int, default=1, help="N isolated workers at once (compiles and autotuning in parallel)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds a pair may run before it is an error")
-    p.add_argument("--threads", type=int, help="OpenMP threads per worker (default 1: see README, Threads)")
+    p.add_argument("--threads", type=int, help="OpenMP threads per worker (default: cores / jobs; see README, Threads)")
     p.add_argument("--gpus", help="GPU indices to spread the workers over, e.g. 0,1 (worker k on GPU k mod N)")
     p.add_argument("--isolate", choices=["auto", "process", "inline"], default="auto",
                    help="run each pair in a worker process (auto: wherever the implementation can be sent to one)")

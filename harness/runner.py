@@ -3,8 +3,8 @@ its rows appended to the run directory's results.csv as each pair completes.
 
 --jobs N runs N workers at once; each takes the next compile key (every case of one hidden size and
 dtype mix: each compile and autotuning happens once), costliest first, as it finishes one; each
-worker gets one OpenMP thread (--threads), its share of the cores for compiles and, with --gpus,
-its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
+worker gets its share of the cores for OpenMP (--threads; passive waiting) and compiles and, with
+--gpus, its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
 on; a sweep that could not finish every planned pair says so (SweepResult.finished), and the
 caller never exits 0 for it. --resume keeps the finished pairs (an `error` pair is finished: a
 case that kills its worker is not retried forever) of this invocation's cases, implementations and
@@ -32,7 +32,7 @@ from harness.references.metrics import get
 from harness.reports.rundir import OUTPUTS as RUN_FILES
 from harness.reports.rundir import PAIR_TIMING, RESULTS, TIMING, RunDir
 from harness.reports.schema import SCHEMA_VERSION
-from harness.worker import DEFAULT_TIMEOUT, Worker, cores, picklable, worker_env  # noqa: F401 (re-exported)
+from harness.worker import DEFAULT_TIMEOUT, Worker, picklable, sweep_envs
 
 PAIR_TIMING_COLUMNS = ["case_id", "label", "impl", "references", "impl_seconds", "analysis", "mpmath", "pair_seconds"]
 
@@ -47,7 +47,7 @@ class Sweep:
     jobs: int = 1
     timeout: float = DEFAULT_TIMEOUT
     isolate: str = "auto"               # "process", "inline" (no worker), or "auto": process where possible
-    threads: int | None = None          # OpenMP threads per worker (None: 1)
+    threads: int | None = None          # OpenMP threads per worker (None: cores / jobs)
     gpus: tuple[int, ...] = ()          # pin worker k to GPU gpus[k % len(gpus)]
 
 
@@ -234,7 +234,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     jobs = max(1, min(sw.jobs, len({compile_key(c) for c, _ in todo}) or 1))
     # the compile pool's share from the --jobs asked for (not the workers used), as the workers
     # the command line started early (harness.worker.prespawn) have it
-    threads, compile_threads = sw.threads or 1, max(1, cores() // max(1, sw.jobs))
+    envs = sweep_envs(sw.jobs, sw.threads, sw.gpus)          # the first workers were started with these
     timings: dict[str, float] = {}
     lock = threading.Lock()
     state = {"done": 0}
@@ -282,8 +282,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
                 record(case, impl, rows, times)
 
     def isolated(k: int) -> None:
-        gpu = sw.gpus[k % len(sw.gpus)] if sw.gpus else None
-        worker = Worker(sw.settings, worker_env(threads, compile_threads, gpu), on_start=rd.note_worker, log=log)
+        worker = Worker(sw.settings, envs[k], on_start=rd.note_worker, log=log)
         workers.append(worker)
         try:
             for case, impls in _next_pairs(pending):

@@ -73,11 +73,12 @@ def cores() -> int:
 
 
 def worker_env(threads: int, compile_threads: int, gpu: int | None) -> dict:
-    """A worker's environment: its OpenMP team (one thread unless asked: on a shared CI box a team of
-    every core spins against the other processes — quick ran 3-4x slower with the default), its
-    share of the cores for Inductor's compile pool, and its GPU."""
+    """A worker's environment: its OpenMP team (its share of the cores), told to sleep rather than
+    spin while it waits (OMP_WAIT_POLICY=PASSIVE: on a shared 2-core CI box a spinning team of every
+    core ran quick 3-4 times slower), its share of the cores for Inductor's compile pool, its GPU."""
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(threads)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -87,8 +88,8 @@ def worker_env(threads: int, compile_threads: int, gpu: int | None) -> dict:
 def sweep_envs(jobs: int, threads: int | None, gpus: tuple[int, ...] = ()) -> list[dict]:
     """The environments of a sweep's first workers, worker k's at k (harness.runner's)."""
     jobs = max(1, jobs)
-    return [worker_env(threads or 1, max(1, cores() // jobs), gpus[k % len(gpus)] if gpus else None)
-            for k in range(jobs)]
+    share = max(1, cores() // jobs)
+    return [worker_env(threads or share, share, gpus[k % len(gpus)] if gpus else None) for k in range(jobs)]
 
 
 # Started, importing, not yet given settings: (environment, process, connection).

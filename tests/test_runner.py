@@ -17,7 +17,8 @@ from harness.impls.registry import resolve
 from harness.pair import PairRunner, Settings
 from harness.references.errors import UsageError
 from harness.reports.rundir import PAIR_TIMING, RunDir, read_results
-from harness.runner import Sweep, compile_key, expected_checks, regate, resume_rows, shard, worker_env
+from harness.runner import Sweep, compile_key, expected_checks, regate, resume_rows, shard
+from harness.worker import worker_env
 from harness.worker import describe_exit
 from tests.conftest import make_case
 

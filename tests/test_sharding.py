@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.runner import worker_env
+from harness.worker import worker_env
 
 SUITE = """
 [[group]]
