@@ -147,3 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         print("harness: internal error (a bug in the harness, not in your input): please report it",
               file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def console() -> None:
+    """The `harness` command: main()'s exit code, without the interpreter's slow teardown."""
+    from harness.worker import exit_now
+    exit_now(main())

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import traceback
 from multiprocessing.connection import Connection
-from typing import Callable
+from typing import Callable, NoReturn
 
 DEFAULT_TIMEOUT = 600.0          # seconds a pair may take (first calls compile and autotune)
 # Seconds a new worker may take to import torch and the harness before it counts as broken; not
@@ -234,6 +234,21 @@ class Worker:
             self.stop()
 
 
+def exit_now(code: int) -> NoReturn:
+    """End this process with `code` once atexit's handlers have run (spare workers, Inductor's
+    compile pool, logging) and stdout/stderr are flushed, skipping the interpreter's teardown of
+    its modules: with torch loaded that teardown takes half a second, which a worker's parent
+    waits out after every sweep and a user after every command. No thread may still be writing:
+    a worker's and the command line's threads are all daemons, done or waited for by then."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def picklable(impl) -> bool:
     try:
         pickle.dumps(impl)
@@ -293,4 +308,4 @@ def main(fd: int, parent: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))
+    exit_now(main(int(sys.argv[1]), int(sys.argv[2])))

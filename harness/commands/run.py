@@ -24,6 +24,7 @@ def cmd_run(args) -> int:
     p = plan(args.impl, args.cases, args.device, args.budgets, args.baseline, args.golden, args.reference_backend,
              parse_shard(args.shard), args.shard_by or "case", args.repeats, args.require_repeatable)
     rd = RunDir(args.out).create().check_outputs()
+    preload_outputs(skip=("report",) if args.no_report else ())
     with rd.lock():                 # to the last report: a second run into --out fails at once
         err(f"harness: {len(p.cases)} cases x {len(p.impls)} implementation(s) "
             f"[{', '.join(f'{i.name} ({i.rounding.name})' for i in p.impls)}] on {p.settings.device}")
@@ -32,6 +33,21 @@ def cmd_run(args) -> int:
         err(timing_line(results.timings, [i.name for i in p.impls]))
         return finish(results, Path(args.out), p.settings.device, p.impls, f"{p.suite}: {', '.join(args.impl)}",
                       args.junit, args.no_report, args.reference_backend)
+
+
+def preload_outputs(skip: tuple[str, ...]) -> None:
+    """The output writers' imports, loaded in a background thread while the sweep runs (the main
+    process only waits on its workers then). A failure here is left for the writer to report."""
+    import threading
+
+    from harness.reports.outputs import prepare_outputs
+
+    def quietly():
+        try:
+            prepare_outputs(skip)
+        except Exception:       # noqa: BLE001 — the real write raises it, with its context
+            pass
+    threading.Thread(target=quietly, name="preload-outputs", daemon=True).start()
 
 
 def cmd_cases(args) -> int:

@@ -32,6 +32,8 @@ class OutputFormat:
     filename: str                                  # its name in a run directory
     write: Callable[[RunData, Path], None]         # writes one file, atomically
     default: bool = True
+    # loads what `write` needs (imports, fonts) ahead of time; safe in a background thread
+    prepare: Callable[[], None] | None = None
 
 
 _REGISTRY: dict[str, OutputFormat] = {}
@@ -49,6 +51,14 @@ def formats() -> dict[str, OutputFormat]:
         for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             importlib.import_module(f"{__name__}.{m.name}")
     return dict(_REGISTRY)
+
+
+def prepare_outputs(skip: tuple[str, ...] = ()) -> None:
+    """Run every default format's `prepare`: a sweep calls this in a background thread, so the
+    report's imports load while the workers compute instead of after them."""
+    for fmt in formats().values():
+        if fmt.default and fmt.name not in skip and fmt.prepare is not None:
+            fmt.prepare()
 
 
 def write_outputs(directory: Path, data: RunData, skip: tuple[str, ...] = ()) -> list[Path]:
