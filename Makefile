@@ -23,7 +23,7 @@ run: $(STAMP)
 	$(BIN)/harness run --impl torch --cases quick --device auto --out $(OUT)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 
 clean:
 	rm -rf $(VENV) $(OUT)

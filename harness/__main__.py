@@ -1,5 +1,3 @@
-import sys
+from harness.cli import console
 
-from harness.cli import main
-
-sys.exit(main())
+console()

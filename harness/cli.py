@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("dirs", nargs="+")
     m.add_argument("--out", required=True)
     m.add_argument("--cases", help="the suite the shards ran: check that they cover it exactly once")
+    m.add_argument("--junit", help="also write JUnit XML of the merged results here")
 
     rp = sub.add_parser("report", help="re-render summary.csv and report.html from a results dir")
     rp.add_argument("dir")

@@ -111,9 +111,10 @@ def case_test_id(case, impl_name: str = "") -> str:
 
 
 def group_name(case) -> str:
+    """The xdist group of a case: its compile key, as text (h128-bf16-bf16-fp32-g128-norm)."""
     from harness.runner import compile_key
-    hidden, *dtypes = compile_key(case)
-    return f"h{hidden}-" + "-".join(dtypes)
+    hidden, x, gate, weight, group, norm_first = compile_key(case)
+    return f"h{hidden}-{x}-{gate}-{weight}-g{group}-{'norm' if norm_first else 'gate'}"
 
 
 def suite(impl, cases="quick", *, device: str | None = None):
@@ -243,7 +244,7 @@ def _regen_note(bad: list[dict], path: str) -> str:
 
 
 def _threads() -> int:
-    from harness.runner import cores
+    from harness.worker import cores
     return max(1, cores() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
 
 
@@ -260,7 +261,7 @@ class _worker:
     """Pairs through one persistent harness.worker process (started on the first pair)."""
 
     def __init__(self, p):
-        from harness.runner import worker_env
+        from harness.worker import worker_env
         from harness.worker import Worker
         env = worker_env(_threads(), _threads(), None)
         theirs = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -135,7 +135,7 @@ def test_one_test_per_case_grouped_by_compile_key():
     assert [p.id for p in params] == [f"{a.case_id}-bf16_4x64_eps=1e-05_x:standard_gate:normal_gamma:one",
                                       f"{b.case_id}-fp16/w:fp32_2x3x128_zc_eps=1e-05_x:standard_gate:negative_gamma:zero"]
     groups = [[m.args[0] for m in p.marks if m.name == "xdist_group"] for p in params]
-    assert groups == [["h64-bf16-bf16-bf16"], ["h128-fp16-fp16-fp32"]]
+    assert groups == [["h64-bf16-bf16-bf16-g64-norm"], ["h128-fp16-fp16-fp32-g128-norm"]]
     two = _params(hp.suite(["torch", "t2=harness.impls.torch_ref:chain"], cases=[a]))
     assert [p.id.rsplit("-", 1)[1] for p in two] == ["torch", "t2"]
 

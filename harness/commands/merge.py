@@ -38,7 +38,8 @@ def check_coverage(df: pd.DataFrame, suite_ref: str) -> None:
 
 
 def cmd_merge(args) -> int:
-    from harness.commands.common import finish
+    from harness.commands.common import check_output_file, finish
+    check_output_file("--junit", args.junit)
     frames = []
     for d in args.dirs:
         rd = RunDir(d)
@@ -67,4 +68,4 @@ def cmd_merge(args) -> int:
     err(f"harness: merged {len(frames)} result sets, {len(df)} rows")
     results = Results(df, suite=suite)
     device = str(df["device"].iloc[0]) if len(df) else "cpu"
-    return finish(results, out.path, device, [], "merged", None, False)
+    return finish(results, out.path, device, [], "merged", args.junit, False)
