@@ -6,18 +6,19 @@ from harness.budgets import default_budget
 from harness.references.exact import OUTPUTS
 from harness.references.formats import fmt_of
 from harness.references.metrics import gated_metric, get
-from harness.references.models import _TERMS, builtin_models
+from harness.references.models import POINT_TERMS, builtin_models
+from harness.references.models.noise import EXACT_PATH
 
-NOISE = {True: {"y": "rho_n + rho_gate", "dgate": "rho_n + rho_dgate", "dx": "rho_n + rho_gate + rho_bwd",
-                "dweight": "rho_n + rho_gate + rho_sum"},
-         False: {"y": "2 rho_gate + rho_n", "dgate": "5 rho_gate + rho_n + rho_bwd + rho_dgate",
-                 "dx": "5 rho_gate + rho_n + rho_bwd + rho_gate", "dweight": "2 rho_gate + rho_n + rho_sum"}}
+
+def _noise(output: str, nbg: bool) -> str:
+    """EXACT_PATH's terms as text: "rho_n + rho_gate", "5 rho_gate + rho_n + ..."."""
+    return " + ".join(f"{k} rho_{t}" if k != 1 else f"rho_{t}" for t, k in EXACT_PATH[nbg][output].items())
 
 
 def _terms(points, output: str, nbg: bool) -> str:
     parts = []
     for p in sorted(points):
-        for f, k in _TERMS[(p, nbg)][output].items():
+        for f, k in POINT_TERMS[(p, nbg)][output].items():
             parts.append(f"{k if k != 1 else ''}u_{'a' if f == 'act' else 'p'}({p})")
     return " + ".join(parts)
 
@@ -38,7 +39,7 @@ def derivation_table(group: int = 4096, tokens: int = 4096) -> str:
                         terms = _terms(model.points, output, nbg)
                         first = f"{2 * final:g}" if terms and metric == "ulp" else f"{final:g}"
                         formula = " + ".join(x for x in (first, f"({terms})/u_o" if terms else "",
-                                                          f"({NOISE[nbg][output]}) u32/u_o") if x)
+                                                          f"({_noise(output, nbg)}) u32/u_o") if x)
                     b = default_budget(output, reference, model, bf16, bf16, bf16, group, tokens, nbg)
                     rows.append((model.name, "norm first" if nbg else "gate first", reference, output, metric,
                                  formula, f"{b.value:.6g}"))

@@ -29,7 +29,7 @@ POINTS = ("mid", "xhat")
 # Relative error (in units of u of the format named, relative to the output's gauge) that each
 # point adds to each output, per op order: docs/budgets.md derives every entry. "act": the activation
 # format; "promoted": the gamma product's format, promote(weight, activation).
-_TERMS = {
+POINT_TERMS = {
     ("mid", True): {"y": {"act": 1}, "dgate": {"act": 1}, "dx": {"act": 1}, "dweight": {"act": 1}},
     ("xhat", True): {"y": {"act": 1, "promoted": 1}, "dgate": {"act": 1, "promoted": 1},
                      "dx": {"act": 1, "promoted": 1}, "dweight": {"act": 1, "promoted": 2}},
@@ -49,7 +49,7 @@ class RoundingModel:
         """The declared roundings' relative error in `output`, relative to its gauge (a sum of u's)."""
         fmts = {"act": act, "promoted": promoted}
         return sum(k * fmts[f].u for p in self.points
-                   for f, k in _TERMS[(p, bool(norm_before_gate))][output].items())
+                   for f, k in POINT_TERMS[(p, bool(norm_before_gate))][output].items())
 
 
 def promoted_format(weight: Format, act: Format) -> Format:

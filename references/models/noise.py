@@ -38,19 +38,22 @@ def node_noise(group: int, tokens: int) -> dict[str, float]:
             "norm.xhat": r["n"], "norm.dinput": r["bwd"] + r["n"], "norm.dweight": r["sum"] + r["n"]}
 
 
+# The float32 noise on each output's path from the inputs, as multiples of the rho terms, per op
+# order (True: norm first). Gate first, h's noise (rho_gate) reaches y through rstd and xhat twice,
+# and the norm backward's result up to five times (docs/budgets.md).
+EXACT_PATH = {
+    True: {"y": {"n": 1, "gate": 1}, "dgate": {"n": 1, "dgate": 1},
+           "dx": {"n": 1, "gate": 1, "bwd": 1}, "dweight": {"n": 1, "gate": 1, "sum": 1}},
+    False: {"y": {"gate": 2, "n": 1}, "dgate": {"gate": 5, "n": 1, "bwd": 1, "dgate": 1},
+            "dx": {"gate": 6, "n": 1, "bwd": 1}, "dweight": {"gate": 2, "n": 1, "sum": 1}},
+}
+
+
 def exact_path_noise(output: str, norm_before_gate: bool, group: int, tokens: int) -> float:
     """All the float32 noise on an output's path from the inputs (u32 units, relative to its gauge),
-    for budgets against the exact reference. Gate first, h's noise (rho_gate) reaches y through rstd
-    and xhat twice, and the norm backward's result up to five times (docs/budgets.md)."""
+    for budgets against the exact reference: EXACT_PATH's terms at this group and token count."""
     r = rho(group, tokens)
-    if norm_before_gate:
-        path = {"y": r["n"] + r["gate"], "dgate": r["n"] + r["dgate"],
-                "dx": r["n"] + r["gate"] + r["bwd"], "dweight": r["n"] + r["gate"] + r["sum"]}
-    else:
-        h = r["gate"]
-        path = {"y": 2 * h + r["n"], "dgate": 5 * h + r["n"] + r["bwd"] + r["dgate"],
-                "dx": 5 * h + r["n"] + r["bwd"] + r["gate"], "dweight": 2 * h + r["n"] + r["sum"]}
-    return path[output]
+    return sum(k * r[term] for term, k in EXACT_PATH[bool(norm_before_gate)][output].items())
 
 
 def gate_floor(u_abs, t, extra=None):
