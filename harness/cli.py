@@ -1,9 +1,9 @@
 """Command line: `harness run|identify|cases|merge|report|replay|budgets|selftest|bisect|exhaustive`.
 
 Thin by design: parse, call the library, and map what escapes to an exit code in one place — a
-UsageError is the user's (exit 2, one line, no traceback), an interrupt 130, a closed stdout
-(`harness cases quick | head`) a quiet 0, anything else a bug of the harness (its traceback,
-exit 3)."""
+UsageError is the user's (exit 2, one line, no traceback), so is an OSError the system raised (a
+full disk: exit 2, one line), an interrupt 130, a closed stdout (`harness cases quick | head`) a
+quiet 0, anything else a bug of the harness (its traceback, exit 3)."""
 from __future__ import annotations
 
 import argparse
@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    except OSError as e:                       # the system refused a write or read (disk full, EIO): not a bug
+        print(f"harness: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except Exception:
         traceback.print_exc()
         print("harness: internal error (a bug in the harness, not in your input): please report it",

@@ -239,13 +239,21 @@ def exit_now(code: int) -> NoReturn:
     compile pool, logging) and stdout/stderr are flushed, skipping the interpreter's teardown of
     its modules: with torch loaded that teardown takes half a second, which a worker's parent
     waits out after every sweep and a user after every command. No thread may still be writing:
-    a worker's and the command line's threads are all daemons, done or waited for by then."""
+    a worker's and the command line's threads are all daemons, done or waited for by then.
+
+    Under a profiler or tracer (cProfile, coverage, trace: they report after the program returns)
+    it is a plain sys.exit. Output that cannot be flushed makes the exit code 120, as the
+    interpreter's own shutdown does, except for a reader that went away (a closed pipe)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
+        except BrokenPipeError:
             pass
+        except (OSError, ValueError):
+            code = code or 120
     os._exit(code)
 
 

@@ -2,15 +2,15 @@
 schema version and lock.
 
 results.csv is appended one (case, implementation) pair at a time in one write(), so a killed
-sweep loses at most the pair in flight: what write() returned sits in the kernel's page cache, which
-outlives the process. No fsync per pair (9 ms each on a CI disk; it guards only against the machine
-going down); the sweep's end rewrites the file whole, atomically, in suite order.
-`repair_for_resume` drops a torn tail and any incomplete pair.
-Every other file is written whole, atomically (temporary file beside it, fsync, rename), with the
-process's normal permissions. A sweep holds the directory's lock (an flock on .harness.lock, which
-the kernel drops when the holder dies, however it dies) while it runs: a second run into the same
-directory fails at once, naming the first. The lock file's first line names the holder; a line
-`worker PID` follows for every worker process it starts."""
+sweep loses at most the pairs in flight (one per worker): what write() returned sits in the kernel's
+page cache, which outlives the process. No fsync per pair (9 ms each on a CI disk; it guards only
+against the machine going down); the sweep's end rewrites the file whole, atomically, in suite
+order. `repair_for_resume` drops a torn tail and any incomplete pair. pair-timing.csv is appended
+the same way. Every other file is written whole, atomically (temporary file beside it, fsync,
+rename), with the process's normal permissions. A sweep holds the directory's lock (an flock on
+.harness.lock, which the kernel drops when the holder dies, however it dies) while it runs: a
+second run into the same directory fails at once, naming the first. The lock file's first line
+names the holder; a line `worker PID` follows for every worker process it starts."""
 from __future__ import annotations
 
 import csv

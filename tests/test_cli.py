@@ -294,3 +294,43 @@ def test_hypothesis_run_writes_results_summary_and_report(capsys, tmp_path):
     assert code == 0, o + e
     for f in ("results.csv", "summary.csv", "report.html"):
         assert (out / f).stat().st_size > 0, f
+
+
+# ------------------------------------------------------------------ the command as a process
+
+def _harness(*argv, stdout=None, unbuffered=False):
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    return subprocess.run([sys.executable, *argv], stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=120, env=env)
+
+
+def test_a_closed_pipe_is_a_quiet_exit_0():
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-m", "harness", "cases", "quick"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()                      # the reader goes away (`| head -1`)
+    assert p.wait(timeout=120) == 0
+    assert b"Traceback" not in p.stderr.read()
+
+
+def test_output_that_cannot_be_written_is_not_exit_0():
+    with open("/dev/full", "w") as full:
+        buffered = _harness("-m", "harness", "cases", stdout=full)                    # fails at the last flush
+        unbuffered = _harness("-m", "harness", "cases", stdout=full, unbuffered=True)  # at the first print
+    assert buffered.returncode == 120, buffered.stderr
+    assert unbuffered.returncode == 2 and "No space left on device" in unbuffered.stderr
+    assert "Traceback" not in unbuffered.stderr
+
+
+def test_a_profiler_still_reports():
+    # the command ends with os._exit (harness.worker.exit_now), except under a profiler or tracer
+    p = _harness("-m", "cProfile", "-s", "tottime", "-m", "harness", "cases")
+    assert p.returncode == 0, p.stderr
+    assert "quick" in p.stdout and "function calls" in p.stdout

@@ -37,7 +37,8 @@ def cmd_run(args) -> int:
 
 def preload_outputs(skip: tuple[str, ...]) -> None:
     """The output writers' imports, loaded in a background thread while the sweep runs (the main
-    process only waits on its workers then). A failure here is left for the writer to report."""
+    process only waits on its workers then). A failure here is not reported here: the writers
+    import the same modules (harness.reports.outputs.formats raises it again) and say why."""
     import threading
 
     from harness.reports.outputs import prepare_outputs

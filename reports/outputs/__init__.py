@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -38,6 +39,7 @@ class OutputFormat:
 
 _REGISTRY: dict[str, OutputFormat] = {}
 _DISCOVERED: list[bool] = []
+_DISCOVERY = threading.Lock()      # a command's preload thread and its main thread may both ask
 
 
 def register(fmt: OutputFormat) -> OutputFormat:
@@ -46,10 +48,13 @@ def register(fmt: OutputFormat) -> OutputFormat:
 
 
 def formats() -> dict[str, OutputFormat]:
-    if not _DISCOVERED:
-        _DISCOVERED.append(True)
-        for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            importlib.import_module(f"{__name__}.{m.name}")
+    """Every registered format, once every module of this folder has imported (a failed import
+    raises here, and again at the next call)."""
+    with _DISCOVERY:
+        if not _DISCOVERED:
+            for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+                importlib.import_module(f"{__name__}.{m.name}")
+            _DISCOVERED.append(True)
     return dict(_REGISTRY)
 
 
