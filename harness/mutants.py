@@ -154,12 +154,16 @@ class _GateCastToXDtype(Mutant):
         return super().forward(x, gate.to(x.dtype))
 
 
-class _TreeSumInWeightDtype(torch.autograd.Function):
+class PerTokenWeight(torch.autograd.Function):
+    """The weight (as float32) expanded to one row per token: the backward receives every token's
+    dweight term, grad [tokens, hidden], and a subclass's backward decides how they are summed."""
     @staticmethod
     def forward(ctx, w, rows):
         ctx.dtype = w.dtype
         return w.float().expand(rows, w.shape[0])
 
+
+class _TreeSumInWeightDtype(PerTokenWeight):
     @staticmethod
     def backward(ctx, grad):
         g = grad.to(ctx.dtype)                            # every partial sum rounds to w's dtype
@@ -170,23 +174,21 @@ class _TreeSumInWeightDtype(torch.autograd.Function):
         return g[0], None
 
 
-class _BlockPartialsInWeightDtype(torch.autograd.Function):
+class _BlockPartialsInWeightDtype(PerTokenWeight):
     """dweight as a blockwise reduction: float32 sums over blocks of 64 tokens, each block's partial
     rounded to the weight's dtype, the partials summed in float32."""
-    @staticmethod
-    def forward(ctx, w, rows):
-        ctx.dtype = w.dtype
-        return w.float().expand(rows, w.shape[0])
-
     @staticmethod
     def backward(ctx, grad):
         blocks = grad.float().split(64)
         return sum(b.sum(0).to(ctx.dtype).float() for b in blocks).to(ctx.dtype), None
 
 
-class _DweightBlockPartials(Mutant):
+class DweightSummedBy(Mutant):
+    """The chain model whose dweight token sum is the `reduction` (a PerTokenWeight) backward's."""
+    reduction: type[PerTokenWeight]
+
     def gamma(self):
-        g = _BlockPartialsInWeightDtype.apply(self.weight, self._rows)
+        g = self.reduction.apply(self.weight, self._rows)
         return g + 1 if self.zero_centered_gamma else g
 
     def norm(self, u):
@@ -195,15 +197,12 @@ class _DweightBlockPartials(Mutant):
         return super().norm(u.reshape(self._rows, shape[-1])).reshape(shape)
 
 
-class _DweightLowPrecisionSum(Mutant):
-    def gamma(self):
-        g = _TreeSumInWeightDtype.apply(self.weight, self._rows)
-        return g + 1 if self.zero_centered_gamma else g
+class _DweightBlockPartials(DweightSummedBy):
+    reduction = _BlockPartialsInWeightDtype
 
-    def norm(self, u):
-        self._rows = u.numel() // u.shape[-1]
-        shape = u.shape
-        return super().norm(u.reshape(self._rows, shape[-1])).reshape(shape)
+
+class _DweightLowPrecisionSum(DweightSummedBy):
+    reduction = _TreeSumInWeightDtype
 
 
 class _GarbagePartials(torch.autograd.Function):

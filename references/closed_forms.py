@@ -119,3 +119,16 @@ def forward_backward(x, t, w, dy, op: Op, A) -> dict:
     dh = A.at("dmid", dh)
     dx, dgate = gate_backward(dh, x, t, A)
     return {"y": y, "dx": dx, "dgate": dgate, "dweight": dweight, "mid": h, "dmid": dh}
+
+
+class ExactHooks:
+    """The hooks of an exact arithmetic (references.exact, references.mp): no float32 step, no
+    rounding point, so `at` and `nominal` return the value as it is."""
+
+    @staticmethod
+    def at(node: str, v, **factors):
+        return v
+
+    @staticmethod
+    def nominal(v):
+        return v

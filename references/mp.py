@@ -14,7 +14,7 @@ from typing import Sequence
 import mpmath
 import torch
 
-from harness.references.closed_forms import forward_backward
+from harness.references.closed_forms import ExactHooks, forward_backward
 from harness.references.exact import Inputs
 
 DEFAULT_DPS = 50
@@ -66,7 +66,7 @@ def leaf(values: list[float]) -> Lazy:
     return Lazy(lambda j: mpmath.mpf(values[j]), floats=values)
 
 
-class RowArithmetic:
+class RowArithmetic(ExactHooks):
     """closed_forms' arithmetic on one row's Lazy values; token_sum leaves each row's term, which
     `values` sums over the rows for dweight."""
 
@@ -101,14 +101,6 @@ class RowArithmetic:
 
     @staticmethod
     def token_sum(v: Lazy) -> Lazy:
-        return v
-
-    @staticmethod
-    def at(node: str, v, **factors):
-        return v
-
-    @staticmethod
-    def nominal(v):
         return v
 
 

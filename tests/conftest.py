@@ -1,5 +1,9 @@
-import torch
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
+import torch
 
 from harness.cases.case import Case
 from harness.references.exact import Inputs
@@ -31,3 +35,60 @@ def inputs_factory():
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def running(pid: int) -> bool:
+    """The process is running (a zombie that no one has reaped yet is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# A kernel module's source: the chain model with SiLU evaluated in bf16 — the precision regression
+# that the throwaway kernel repositories of test_adoption, test_bisect and test_pytest_plugin plant.
+SILU_IN_BF16 = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SiluInBf16(nn.Module):
+    def __init__(self, hidden_size, *, eps, zero_centered_gamma, dtype, device):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype, device=device))
+        self.eps, self.zc = eps, zero_centered_gamma
+
+    def forward(self, x, gate):
+        xf = x.float()
+        g = self.weight.float() + (1 if self.zc else 0)
+        n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * g).to(x.dtype)
+        return (n.float() * F.silu(gate.to(torch.bfloat16)).float()).to(x.dtype)   # SiLU in bf16
+
+
+def silu_in_bf16(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    return SiluInBf16(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
+"""
+
+
+# Throwaway git repositories (test_adoption, test_bisect): the machine may have no global git
+# identity; fixed dates keep a test's shas stable from run to run.
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+
+
+def git(repo, *args) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV}).stdout.strip()
+
+
+def commit(repo: Path, files: dict[str, str], msg: str) -> str:
+    """Write `files` (path in the repository -> text), commit them all; the new commit's sha."""
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", msg)
+    return git(repo, "rev-parse", "HEAD")

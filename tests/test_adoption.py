@@ -14,13 +14,10 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "k", "GIT_AUTHOR_EMAIL": "k@example.invalid",
-           "GIT_COMMITTER_NAME": "k", "GIT_COMMITTER_EMAIL": "k@example.invalid",
-           "GIT_AUTHOR_DATE": "2026-02-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-02-01T00:00:00Z"}
+from tests.conftest import SILU_IN_BF16, commit, git
 
 # The whole gate of the kernel repository (the plugin's docstring shows the same).
 TEST_FILE = """\
@@ -78,42 +75,7 @@ def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
     return chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
 """
 
-BAD = """\
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-
-class Fast(nn.Module):
-    def __init__(self, hidden_size, *, eps, zero_centered_gamma, dtype, device):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype, device=device))
-        self.eps, self.zc = eps, zero_centered_gamma
-
-    def forward(self, x, gate):
-        xf = x.float()
-        g = self.weight.float() + (1 if self.zc else 0)
-        n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * g).to(x.dtype)
-        return (n.float() * F.silu(gate.to(torch.bfloat16)).float()).to(x.dtype)   # SiLU in bf16
-
-
-def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-    return Fast(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
-"""
-
-
-def git(repo, *args) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV}).stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, str], msg: str) -> str:
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", msg)
-    return git(repo, "rev-parse", "HEAD")
+BAD = SILU_IN_BF16 + "\n\nmake = silu_in_bf16\n"
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-
-# The machine may have no global git identity; fixed dates keep the shas stable.
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+from tests.conftest import SILU_IN_BF16, commit, git
 
 GOOD_IMPL = """\
 from harness.impls.torch_ref import chain
@@ -32,29 +28,9 @@ make.supports = lambda case: "no fp16 kernel" if case.dtype == "fp16" else None
 """
 
 # The regression: SiLU evaluated in bf16 instead of float32.
-BAD_IMPL = """\
-import torch
-import torch.nn.functional as F
-from torch import nn
+BAD_IMPL = SILU_IN_BF16 + """
 
-
-class Fast(nn.Module):
-    def __init__(self, hidden_size, *, eps, zero_centered_gamma, dtype, device):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype, device=device))
-        self.eps, self.zc = eps, zero_centered_gamma
-
-    def forward(self, x, gate):
-        xf = x.float()
-        g = self.weight.float() + (1 if self.zc else 0)
-        n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * g).to(x.dtype)
-        return (n.float() * F.silu(gate.to(torch.bfloat16)).float()).to(x.dtype)
-
-
-def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-    return Fast(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
-
-
+make = silu_in_bf16
 make.rounding = "chain"
 make.supports = lambda case: "no fp16 kernel" if case.dtype == "fp16" else None
 """
@@ -88,20 +64,6 @@ class _Editable:
 
 sys.meta_path.insert(0, _Editable)
 """
-
-
-def git(repo, *args) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV}).stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, str], msg: str) -> str:
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", msg)
-    return git(repo, "rev-parse", "HEAD")
 
 
 NORM = "src/mykernel/norm.py"

@@ -15,13 +15,10 @@ import pytest
 
 import harness.pytest_plugin as hp
 from harness.cases.case import Case
+from tests.conftest import SILU_IN_BF16
 
-KERNELS = """\
+KERNELS = SILU_IN_BF16 + """
 import os
-
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from harness.impls.torch_ref import chain, xhat
 
@@ -33,21 +30,7 @@ def good(hidden_size, *, eps, zero_centered_gamma, dtype, device):
 good.supports = lambda case: "no fp16 kernel" if case.dtype == "fp16" else None
 
 
-class SiluBf16(nn.Module):
-    def __init__(self, hidden_size, *, eps, zero_centered_gamma, dtype, device):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype, device=device))
-        self.eps, self.zc = eps, zero_centered_gamma
-
-    def forward(self, x, gate):
-        xf = x.float()
-        g = self.weight.float() + (1 if self.zc else 0)
-        n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * g).to(x.dtype)
-        return (n.float() * F.silu(gate.to(torch.bfloat16)).float()).to(x.dtype)
-
-
-def bad(hidden_size, *, eps, zero_centered_gamma, dtype, device):
-    return SiluBf16(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
+bad = silu_in_bf16
 
 
 def quits(hidden_size, **kw):

@@ -18,6 +18,7 @@ import pytest
 
 from harness.cli import main
 from harness.reports.rundir import read_results
+from tests.conftest import running
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -269,13 +270,6 @@ def _harness(*argv, cwd):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie that no one has reaped yet is not running)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _wait_for(cond, seconds: float, what: str):
@@ -332,10 +326,10 @@ def test_second_run_fails_naming_the_first_and_kill_9_leaves_no_worker(capsys, p
         assert time.time() - t0 < 60
 
         pids = workers()
-        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        assert len(pids) == 2 and all(running(p) for p in pids)
         a.send_signal(signal.SIGKILL)
         a.wait(timeout=30)
-        _wait_for(lambda: not any(_alive(p) for p in pids), 15, f"workers {pids} to die with their parent")
+        _wait_for(lambda: not any(running(p) for p in pids), 15, f"workers {pids} to die with their parent")
     finally:
         if a.poll() is None:
             a.kill()

@@ -20,7 +20,7 @@ from harness.reports.rundir import PAIR_TIMING, RunDir, read_results
 from harness.runner import Sweep, compile_key, expected_checks, regate, resume_rows, shard
 from harness.worker import worker_env
 from harness.worker import describe_exit
-from tests.conftest import make_case
+from tests.conftest import make_case, running
 
 HEADER = "impl,rounding,dtype,output,reference,regime,metric,budget\n"
 
@@ -200,25 +200,19 @@ def test_worker_dies_with_its_parent(tmp_path):
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         pid = int(p.stdout.readline())
-        assert _running(pid)
+        assert running(pid)
         p.kill()
         p.wait()
         import time
         end = time.time() + 15
-        while _running(pid) and time.time() < end:
+        while running(pid) and time.time() < end:
             time.sleep(0.1)
-        assert not _running(pid)
+        assert not running(pid)
     finally:
         if p.poll() is None:
             p.kill()
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 # ------------------------------------------------------------------------------ lock
@@ -267,4 +261,4 @@ def test_a_prespawned_worker_is_taken_and_spares_are_dropped():
         w.close()
     finally:
         W.drop_spares()
-    assert not W._SPARE and not any(_running(p) for p in pids)
+    assert not W._SPARE and not any(running(p) for p in pids)

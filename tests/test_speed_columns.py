@@ -19,15 +19,10 @@ shape = [[64, 32], [8, 16]]
 
 SHUFFLED = '''
 import torch
-from harness.impls.torch_ref import GatedRMSNorm
+from harness.mutants import DweightSummedBy, PerTokenWeight
 
-class _ShuffledSum(torch.autograd.Function):
+class _ShuffledSum(PerTokenWeight):
     """dweight's token sum in a random order each call: accurate, not repeatable bit for bit."""
-    @staticmethod
-    def forward(ctx, w, rows):
-        ctx.dtype = w.dtype
-        return w.float().expand(rows, w.shape[0])
-
     @staticmethod
     def backward(ctx, grad):
         order = torch.randperm(grad.shape[0])
@@ -36,13 +31,8 @@ class _ShuffledSum(torch.autograd.Function):
             acc = acc + grad[i]
         return acc.to(ctx.dtype), None
 
-class Shuffled(GatedRMSNorm):
-    def forward(self, x, gate):
-        rows = x.numel() // x.shape[-1]
-        g = _ShuffledSum.apply(self.weight, rows)
-        xf = x.float().reshape(rows, -1)
-        n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * g).to(x.dtype)
-        return (n.float() * torch.nn.functional.silu(gate.float().reshape(rows, -1))).to(x.dtype).reshape(x.shape)
+class Shuffled(DweightSummedBy):
+    reduction = _ShuffledSum
 
 def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
     return Shuffled(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
