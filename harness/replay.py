@@ -7,7 +7,7 @@ column there), or is given as the JSON of its parameters; it must hash back to t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -22,8 +22,6 @@ from harness.pair import Settings, case_inputs, replay_command
 from harness.references.errors import UsageError
 from harness.references.formats import fmt_of
 from harness.reports.rundir import RunDir, read_csv
-
-CASE_FIELDS = tuple(f.name for f in fields(Case))
 
 
 def _bool(v) -> bool:

@@ -35,10 +35,6 @@ def out_format_name(case: Case, act_name: str, output: str) -> str:
     return {"y": act_name, "dx": case.dtype, "dgate": case.gate_dtype, "dweight": case.weight_dtype}[output]
 
 
-def reference_name(kind: str, impl: Implementation) -> str:
-    return kind if kind == "exact" else f"model:{impl.rounding.name}"
-
-
 def references_of(impl: Implementation, models=()) -> list[tuple[str, object]]:
     """(reference name, rounding model) of every check of a pair: the exact value, the declared
     model, and the other models asked for (harness identify measures against every built-in)."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
-from typing import Iterable
 
 from harness.references.errors import UsageError
 from harness.references.formats import FORMATS, Format
@@ -106,7 +105,3 @@ def resolve(declared) -> RoundingModel:
             return m
     return RoundingModel("+".join(p for p in POINTS if p in points), points,
                          "declared as a set of points")
-
-
-def model_names(declared: Iterable) -> list[str]:
-    return [resolve(d).name for d in declared]
