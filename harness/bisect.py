@@ -152,10 +152,10 @@ def plugin_spec(impl: str) -> str:
     """NAME=MODULE:ATTR as given, or an installed entry point's name as NAME=MODULE:ATTR (its value
     from the installed metadata; the module is then imported from each commit)."""
     import importlib.metadata
-    from harness.impls.registry import _SPEC, ENTRY_POINT_GROUP
+    from harness.impls.registry import PLUGIN_SPEC, ENTRY_POINT_GROUP
     eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     spec = f"{impl}={eps[impl].value}" if impl in eps else impl
-    m = _SPEC.match(spec)
+    m = PLUGIN_SPEC.match(spec)
     if m and m["module"].split(".")[0] == "harness":
         raise UsageError(f"bisect: --impl {impl!r}: its module {m['module']!r} is the harness's own; "
                          f"bisect judges a module of REPO")

@@ -62,10 +62,10 @@ def judge(spec: str, cases: str, device: str, out: Path, roots: list[str], timeo
     its last act and returns the step code; rows go to out/results.csv."""
     from harness.api import plan
     from harness.gate import failure_line
-    from harness.impls.registry import _SPEC, load_plugin
+    from harness.impls.registry import PLUGIN_SPEC, load_plugin
     from harness.pair import PairRunner
     from harness.reports.rundir import RunDir
-    module = _SPEC.match(spec)["module"]
+    module = PLUGIN_SPEC.match(spec)["module"]
     top = module.split(".")[0]
     verdict = {"verdict": "skip", "why": "", "imported": "", "check": "", "checked": 0, "planned": 0}
     try:

@@ -16,7 +16,8 @@ from harness.impls.base import Implementation, from_factory
 from harness.references.errors import UsageError
 
 ENTRY_POINT_GROUP = "harness.impls"
-_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9_.\-]+)=(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)$")
+# An --impl NAME=MODULE:ATTR (harness.bisect and its judge read the module from it too).
+PLUGIN_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9_.\-]+)=(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)$")
 # Names pandas would read back as missing values: never an implementation's name (results.csv).
 RESERVED = {"", "na", "nan", "n/a", "null", "none", "<na>", "-nan", "#n/a", "nat"}
 _BUILTINS: dict[str, Implementation] = {}
@@ -40,7 +41,7 @@ def check_name(name: str) -> str:
 
 def load_plugin(spec: str) -> Implementation:
     """`NAME=MODULE:ATTR`, MODULE importable from the current directory or PYTHONPATH."""
-    m = _SPEC.match(spec)
+    m = PLUGIN_SPEC.match(spec)
     if not m:
         raise UsageError(f"--impl {spec!r}: expected a built-in name ({', '.join(builtins())}), an "
                          f"installed entry point's name, or NAME=MODULE:ATTR")
