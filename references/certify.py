@@ -57,6 +57,8 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
         g = golden.reshape(-1).cpu().clone()
         g[todo] = torch.tensor([mp.round_mpf(e, fmt) for e in exact], dtype=torch.float64)
         golden = g.reshape(golden.shape).to(golden.device)
+        if whole_rows and output != "dweight" and row_cache is not None:
+            mp.mark_whole(row_cache, {k // inp.hidden for k in todo})
     return Certified(golden, v, flagged, len(todo), flagged - len(todo), time.perf_counter() - t0)
 
 
@@ -68,11 +70,13 @@ def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cach
     projection; every output gate first) a fresh row costs `hidden`; otherwise one exp per
     requested element plus the row's exact sum of squares, counted as 1/256 of an exp an element
     (docs/performance.md: at 1/256 every flagged dgate element of `full`'s mpmath-heavy cases was
-    certified for 24 % more mpmath time than at 1/32)."""
+    certified for 24 % more mpmath time than at 1/32). For whole rows, a row cached for a few
+    elements of another output is not free: only one already evaluated whole is (an fp32 2048x4096
+    case had spent 22 s certifying dx on the rows y and dgate had touched)."""
     rows: dict[int, list[int]] = {}
     for k in flat:
         rows.setdefault(k // hidden, []).append(k)
-    cached = mp.cached_rows(row_cache or {})
+    cached = mp.cached_rows(row_cache or {}, whole=whole_rows)
     order = sorted(rows, key=lambda r: (r not in cached, r))
     chosen, spent, new_rows = [], 0, 0
     for r in order:

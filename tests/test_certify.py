@@ -310,8 +310,10 @@ def test_mp_leaves_global_precision_alone():
 def test_row_budget_cost_model():
     from harness.references.certify import _within_row_budget
     # whole rows (dx, or gate first): a row costs `hidden`; one new row is always taken, even past
-    # the budget; a cached row costs nothing
+    # the budget; a row evaluated whole costs nothing, one cached for a few elements still costs
     cache = {("row", 0, 50): object()}
+    assert _within_row_budget([5, 20005, 40005], 20000, 16384, cache, True) == [5]
+    mp.mark_whole(cache, [0])
     assert _within_row_budget([5, 20005, 40005], 20000, 16384, cache, True) == [5, 20005]
     assert _within_row_budget([5, 20005, 40005], 20000, 50_000, {}, True) == [5, 20005]
     # per element: hidden/256 for a new row's sum of squares plus one per element
@@ -319,3 +321,19 @@ def test_row_budget_cost_model():
     got = _within_row_budget(flat, 1024, 3 * (4 + 3), {}, False)
     assert got == flat[:9]                                # three rows of (4 + 3)
     assert _within_row_budget(flat, 1024, 3 * (4 + 3) - 1, {}, False) == flat[:6]
+
+
+def test_whole_row_certification_marks_its_rows():
+    """certify dx records the rows it evaluated whole (rows 1 and 4: their float64 dx is put on a
+    bf16 midpoint, so float64 cannot decide them); certifying y on the same rows does not."""
+    inp = make_inputs((6, 64), torch.bfloat16, seed=3)
+    values, gauges = exact_outputs(inp)
+    for out in ("y", "dx"):
+        values[out] = values[out].clone()
+        values[out][1, 7] = values[out][4, 9] = 1 + 2.0 ** -8
+    cache: dict = {}
+    c = certify(inp, "y", fmt_of("bf16"), values=values, gauges=gauges, row_cache=cache)
+    assert c.certified >= 2 and {1, 4} <= mp.cached_rows(cache)
+    assert not mp.cached_rows(cache, whole=True)
+    c = certify(inp, "dx", fmt_of("bf16"), values=values, gauges=gauges, row_cache=cache)
+    assert c.certified >= 2 and {1, 4} <= mp.cached_rows(cache, whole=True) <= mp.cached_rows(cache)
