@@ -50,6 +50,10 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+# Untimed warm calls before each timing (Triton's do_bench warms up for 25 ms too).
+WARMUP_SECONDS = 0.025
+
+
 class BadModule(Exception):
     """The factory's module breaks the contract (no `weight`, or a wrong shape): an error row."""
 
@@ -135,17 +139,27 @@ def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[st
 def time_calls(module, inp: Inputs, device: str, repeats: int) -> float:
     """Median seconds of one forward + backward (warm): `module(x, gate)` and `y.backward(dy)` alone,
     the fresh leaves and the weight prepared before the clock starts (as a plain timing of the call
-    would); on CUDA from CUDA events around each call, elsewhere the wall clock."""
+    would); on CUDA from CUDA events around each call, elsewhere the wall clock. Untimed calls for
+    WARMUP_SECONDS come first."""
     module, weight = module
     with torch.no_grad():
         weight.copy_(inp.weight.to(device=weight.device, dtype=weight.dtype))
-    dy = inp.dy.to(device)
+    x0, gate0, dy = (t.detach().to(device) for t in (inp.x, inp.gate, inp.dy))
     cuda = device.startswith("cuda")
+
+    def leaves():
+        weight.grad = None
+        return x0.clone().requires_grad_(True), gate0.clone().requires_grad_(True)
+
+    t0 = time.perf_counter()
+    while True:                                    # at least one untimed call
+        module(*leaves()).backward(dy)
+        _sync(device)
+        if time.perf_counter() - t0 >= WARMUP_SECONDS:
+            break
     times = []
     for _ in range(repeats):
-        weight.grad = None
-        x = inp.x.detach().to(device).clone().requires_grad_(True)
-        gate = inp.gate.detach().to(device).clone().requires_grad_(True)
+        x, gate = leaves()
         _sync(device)
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
