@@ -11,8 +11,13 @@
 #   full-cold   full for torch, torch-compile, fla, --jobs 16, caches emptied first; full-warm: again
 #   speed       speed beside accuracy at 8192x4096 bf16 (bench/bench_speed.py)
 #   reference   the float64 reference pass against the bandwidth floor (bench/bench_reference.py)
+#   hf-full     full on CUDA for the four HF adapters
 #   selftest    `harness selftest --device cuda`
 set -uo pipefail
+# The device image sets PYTHONDONTWRITEBYTECODE=1, so every process there compiled torch's Python
+# sources again (~2.25 s of a warm `harness exhaustive`); a user's machine keeps bytecode (pip
+# writes it at install, Python on first import), and so does this batch.
+unset PYTHONDONTWRITEBYTECODE
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 LOG="$OUT/log.txt"
@@ -25,6 +30,7 @@ if ! python3 -c "import harness.references" 2>/dev/null; then
 fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; date -u
   python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
+  python3 -c 'import sys; print("dont_write_bytecode", sys.dont_write_bytecode)'
   python3 -c 'import importlib.metadata as m; print(*[f"{p} {m.version(p)}" for p in ("fla-core", "transformers", "mpmath")])' 2>&1
 } >> "$LOG"
 
@@ -48,7 +54,7 @@ for stage in "$@"; do
     quick) step quick 600 python3 -m harness run $CUDA_IMPLS --cases quick --device cuda --jobs 8 \
              --out "$OUT/quick" --no-report ;;
     identify) for i in torch torch-compile torch-compile-emulate fla fla-gated hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2; do
-        step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
+        step "identify-$i" 150 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
              --out "$OUT/id-$i" --no-report
       done ;;
     full-cold) cold
@@ -58,6 +64,8 @@ for stage in "$@"; do
            --device cuda --jobs 16 --out "$OUT/full-warm" --no-report --repeats 0 ;;
     speed) step speed 600 python3 bench/bench_speed.py --out "$OUT/speed" ;;
     reference) step reference 300 python3 bench/bench_reference.py --repeat 50 ;;
+    hf-full) step hf-full 600 python3 -m harness run --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 \
+             --impl hf-zamba2 --cases full --device cuda --jobs 16 --out "$OUT/hf-full" --no-report --repeats 0 ;;
     selftest) step selftest 600 python3 -m harness selftest --device cuda --jobs 8 --out "$OUT/selftest" ;;
     *) echo "unknown stage $stage" | tee -a "$LOG"; exit 2 ;;
   esac
