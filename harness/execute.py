@@ -50,7 +50,7 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-# Untimed warm calls before each timing (Triton's do_bench warms up for 25 ms too).
+# Untimed warm calls before each timing on a GPU (Triton's do_bench warms up for 25 ms too).
 WARMUP_SECONDS = 0.025
 
 
@@ -139,8 +139,8 @@ def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[st
 def time_calls(module, inp: Inputs, device: str, repeats: int) -> float:
     """Median seconds of one forward + backward (warm): `module(x, gate)` and `y.backward(dy)` alone,
     the fresh leaves and the weight prepared before the clock starts (as a plain timing of the call
-    would); on CUDA from CUDA events around each call, elsewhere the wall clock. Untimed calls for
-    WARMUP_SECONDS come first."""
+    would); on CUDA from CUDA events around each call, elsewhere the wall clock. Untimed calls come
+    first: one on the CPU, WARMUP_SECONDS of them on a GPU."""
     module, weight = module
     with torch.no_grad():
         weight.copy_(inp.weight.to(device=weight.device, dtype=weight.dtype))
@@ -152,10 +152,12 @@ def time_calls(module, inp: Inputs, device: str, repeats: int) -> float:
         return x0.clone().requires_grad_(True), gate0.clone().requires_grad_(True)
 
     t0 = time.perf_counter()
-    while True:                                    # at least one untimed call
-        module(*leaves()).backward(dy)
+    while True:                                    # at least one untimed call; on a GPU for WARMUP_SECONDS
+        y = module(*leaves())
+        dy = dy.to(y.dtype)                        # as forward_backward does: no cast inside the clock
+        y.backward(dy)
         _sync(device)
-        if time.perf_counter() - t0 >= WARMUP_SECONDS:
+        if not cuda or time.perf_counter() - t0 >= WARMUP_SECONDS:
             break
     times = []
     for _ in range(repeats):

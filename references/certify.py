@@ -49,43 +49,53 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     flagged = len(flat)
     if output == "dweight" and flagged and inp.x.numel() > mp_dweight_limit:
         return Certified(golden, v, flagged, 0, flagged)
-    whole_rows = output == "dx" or not inp.norm_before_gate
-    todo = flat if output == "dweight" else _within_row_budget(flat, inp.hidden, row_elements, row_cache, whole_rows)
+    whole = output == "dx" or not inp.norm_before_gate
+    todo = flat if output == "dweight" else \
+        _within_row_budget(flat, inp.hidden, inp.group, row_elements, row_cache, whole, dps)
     t0 = time.perf_counter()
     if todo:
         exact = mp.values(inp.to("cpu"), output, todo, dps, cache=row_cache)
         g = golden.reshape(-1).cpu().clone()
         g[todo] = torch.tensor([mp.round_mpf(e, fmt) for e in exact], dtype=torch.float64)
         golden = g.reshape(golden.shape).to(golden.device)
-        if whole_rows and output != "dweight" and row_cache is not None:
-            mp.mark_whole(row_cache, {k // inp.hidden for k in todo})
+        if whole and output != "dweight" and row_cache is not None:
+            mp.mark_whole(row_cache, {_group_of(k, inp.hidden, inp.group) for k in todo}, dps)
     return Certified(golden, v, flagged, len(todo), flagged - len(todo), time.perf_counter() - t0)
 
 
-def _within_row_budget(flat: list[int], hidden: int, row_elements: int, row_cache: dict | None,
-                       whole_rows: bool) -> list[int]:
-    """The undecided elements of as many rows as the budget allows, rows already computed first.
+def _group_of(k: int, hidden: int, group: int) -> tuple[int, int]:
+    """(row, group within the row) of flat element index k."""
+    return k // hidden, k % hidden // group
 
-    Cost model (references.mp, in exps): where a group reduction needs every element's silu (dx's
-    projection; every output gate first) a fresh row costs `hidden`; otherwise one exp per
-    requested element plus the row's exact sum of squares, counted as 1/256 of an exp an element
-    (docs/performance.md: at 1/256 every flagged dgate element of `full`'s mpmath-heavy cases was
-    certified for 24 % more mpmath time than at 1/32). For whole rows, a row cached for a few
-    elements of another output is not free: only one already evaluated whole is (an fp32 2048x4096
-    case had spent 22 s certifying dx on the rows y and dgate had touched)."""
-    rows: dict[int, list[int]] = {}
+
+def _within_row_budget(flat: list[int], hidden: int, group: int, row_elements: int, row_cache: dict | None,
+                       whole: bool, dps: int = mp.DEFAULT_DPS) -> list[int]:
+    """The undecided elements of as many rows (or groups) as the budget allows, those already
+    computed first; one new one is always taken, even past the budget.
+
+    Cost model (references.mp, in exps). Where a group reduction needs every element's silu (dx's
+    projection; every output gate first), the unit is a group: a fresh one costs `group` exps, one
+    already evaluated whole (mp.whole_groups) nothing — a row cached for a few elements of another
+    output is not free (an fp32 2048x4096 case had spent 22.7 s certifying dx on the rows y and
+    dgate had touched). Otherwise the unit is a row: one exp per requested element plus, on a fresh
+    row, its exact sum of squares, counted as 1/256 of an exp an element (docs/performance.md: at
+    1/256 every flagged dgate element of `full`'s mpmath-heavy cases was certified for 24 % more
+    mpmath time than at 1/32)."""
+    units: dict[tuple, list[int]] = {}
     for k in flat:
-        rows.setdefault(k // hidden, []).append(k)
-    cached = mp.cached_rows(row_cache or {}, whole=whole_rows)
-    order = sorted(rows, key=lambda r: (r not in cached, r))
-    chosen, spent, new_rows = [], 0, 0
-    for r in order:
-        fresh = r not in cached
-        cost = (hidden if whole_rows else -(-hidden // 256)) if fresh else 0
-        cost += 0 if whole_rows else len(rows[r])
-        if spent + cost > row_elements and (new_rows or not fresh):
-            continue                             # over budget (one new row is always taken)
-        chosen.append(r)
+        units.setdefault(_group_of(k, hidden, group) if whole else (k // hidden,), []).append(k)
+    if whole:
+        done = mp.whole_groups(row_cache or {}, dps)
+    else:
+        done = {(r,) for r in mp.cached_rows(row_cache or {})}
+    chosen, spent, new_units = [], 0, 0
+    for u in sorted(units, key=lambda u: (u not in done, u)):
+        fresh = u not in done
+        cost = (group if whole else -(-hidden // 256)) if fresh else 0
+        cost += 0 if whole else len(units[u])
+        if spent + cost > row_elements and (new_units or not fresh):
+            continue                             # over budget
+        chosen.append(u)
         spent += cost
-        new_rows += fresh
-    return sorted(k for r in chosen for k in rows[r])
+        new_units += fresh
+    return sorted(k for u in chosen for k in units[u])

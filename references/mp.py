@@ -151,16 +151,21 @@ def values(inp: Inputs, output: str, flat_indices: Sequence[int], dps: int = DEF
         return [get(int(k) // hsz)[output][int(k) % hsz] for k in flat_indices]
 
 
-def cached_rows(cache: dict, whole: bool = False) -> set[int]:
-    """Row indices `values` can reuse from `cache`; whole=True: only those evaluated at every element
-    (mark_whole), the rows that cost nothing more for an output needing the whole row — a row cached
-    for a few elements of y or dgate still costs `hidden` exps there."""
-    return {key[1] for key in cache if key[0] == ("whole" if whole else "row")}
+def cached_rows(cache: dict) -> set[int]:
+    """Row indices `values` can reuse from `cache`."""
+    return {key[1] for key in cache if key[0] == "row"}
 
 
-def mark_whole(cache: dict, rows) -> None:
-    """Record that `rows` of `cache` have been evaluated at every element."""
-    cache.update({("whole", int(r)): True for r in rows})
+def whole_groups(cache: dict, dps: int = DEFAULT_DPS) -> set[tuple[int, int]]:
+    """(row, group) pairs of `cache` evaluated at every element (mark_whole): what costs nothing
+    more for an output whose group reduction needs every element's silu. A row cached for a few
+    elements of y or dgate still costs the group's exps there; so does another group of a row."""
+    return {(key[1], key[2]) for key in cache if key[0] == "whole" and key[3] == dps}
+
+
+def mark_whole(cache: dict, groups, dps: int = DEFAULT_DPS) -> None:
+    """Record that these (row, group) pairs of `cache` have been evaluated at every element."""
+    cache.update({("whole", int(r), int(g), dps): True for r, g in groups})
 
 
 def all_values(inp: Inputs, dps: int = DEFAULT_DPS) -> dict[str, torch.Tensor]:

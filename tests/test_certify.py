@@ -309,31 +309,48 @@ def test_mp_leaves_global_precision_alone():
 
 def test_row_budget_cost_model():
     from harness.references.certify import _within_row_budget
-    # whole rows (dx, or gate first): a row costs `hidden`; one new row is always taken, even past
-    # the budget; a row evaluated whole costs nothing, one cached for a few elements still costs
+    # whole groups (dx, or gate first), here one group a row: a group costs `group`; one new one is
+    # always taken, even past the budget; one evaluated whole costs nothing, a row cached for a few
+    # elements of another output still costs
     cache = {("row", 0, 50): object()}
-    assert _within_row_budget([5, 20005, 40005], 20000, 16384, cache, True) == [5]
-    mp.mark_whole(cache, [0])
-    assert _within_row_budget([5, 20005, 40005], 20000, 16384, cache, True) == [5, 20005]
-    assert _within_row_budget([5, 20005, 40005], 20000, 50_000, {}, True) == [5, 20005]
+    assert _within_row_budget([5, 20005, 40005], 20000, 20000, 16384, cache, True) == [5]
+    mp.mark_whole(cache, [(0, 0)])
+    assert _within_row_budget([5, 20005, 40005], 20000, 20000, 16384, cache, True) == [5, 20005]
+    assert _within_row_budget([5, 20005, 40005], 20000, 20000, 50_000, {}, True) == [5, 20005]
+    # grouped: the unit is the group, not the row; a row's other group is not free
+    flat = [3, 40, 200, 1030]                             # hidden 1024, groups of 32: (0,0) (0,1) (0,6) (1,0)
+    assert _within_row_budget(flat, 1024, 32, 4 * 32, {}, True) == flat
+    assert _within_row_budget(flat, 1024, 32, 3 * 32, {}, True) == flat[:3]
+    cache = {}
+    mp.mark_whole(cache, [(0, 6), (1, 0)])
+    assert _within_row_budget(flat, 1024, 32, 32, cache, True) == [3, 200, 1030]
     # per element: hidden/256 for a new row's sum of squares plus one per element
     flat = [r * 1024 + j for r in range(10) for j in range(3)]
-    got = _within_row_budget(flat, 1024, 3 * (4 + 3), {}, False)
+    got = _within_row_budget(flat, 1024, 1024, 3 * (4 + 3), {}, False)
     assert got == flat[:9]                                # three rows of (4 + 3)
-    assert _within_row_budget(flat, 1024, 3 * (4 + 3) - 1, {}, False) == flat[:6]
+    assert _within_row_budget(flat, 1024, 1024, 3 * (4 + 3) - 1, {}, False) == flat[:6]
 
 
-def test_whole_row_certification_marks_its_rows():
-    """certify dx records the rows it evaluated whole (rows 1 and 4: their float64 dx is put on a
-    bf16 midpoint, so float64 cannot decide them); certifying y on the same rows does not."""
-    inp = make_inputs((6, 64), torch.bfloat16, seed=3)
+@pytest.mark.parametrize("group_size, nbg", [(None, True), (16, True), (16, False)])
+def test_whole_certification_marks_its_groups(group_size, nbg):
+    """certify dx (or, gate first, any output) records the (row, group) pairs it evaluated whole —
+    those of rows 1 and 4 whose float64 value is put on a bf16 midpoint, so float64 cannot decide
+    them; norm first, certifying y on the same elements marks nothing."""
+    base = make_inputs((6, 64), torch.bfloat16, seed=3)
+    inp = Inputs(base.x, base.gate, base.weight, base.dy, base.eps, base.zero_centered_gamma, group_size, nbg)
     values, gauges = exact_outputs(inp)
     for out in ("y", "dx"):
         values[out] = values[out].clone()
-        values[out][1, 7] = values[out][4, 9] = 1 + 2.0 ** -8
+        for i, j in ((1, 7), (4, 41)):                    # a bf16 midpoint at the element's scale
+            values[out][i, j] = 2.0 ** math.floor(math.log2(gauges[out][i, j])) * (1 + 2.0 ** -8)
+    g = inp.group
     cache: dict = {}
     c = certify(inp, "y", fmt_of("bf16"), values=values, gauges=gauges, row_cache=cache)
     assert c.certified >= 2 and {1, 4} <= mp.cached_rows(cache)
-    assert not mp.cached_rows(cache, whole=True)
+    assert bool(mp.whole_groups(cache)) == (not nbg)
     c = certify(inp, "dx", fmt_of("bf16"), values=values, gauges=gauges, row_cache=cache)
-    assert c.certified >= 2 and {1, 4} <= mp.cached_rows(cache, whole=True) <= mp.cached_rows(cache)
+    marked = mp.whole_groups(cache)
+    assert c.certified >= 2 and {(1, 7 // g), (4, 41 // g)} <= marked
+    assert {r for r, _ in marked} <= mp.cached_rows(cache)
+    if g < 64:
+        assert (1, 63 // g) not in marked                 # the row's other groups were not evaluated
