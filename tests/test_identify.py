@@ -39,6 +39,7 @@ def test_identify_finds_the_model_of_each_builtin(impl, model, suite, tmp_path, 
     name = impl.split("=")[0]
     assert out.strip().splitlines()[-1] == f"{name} realises {model}"
     assert f"{name:24s} bf16  y        within budget of: {model}" in out
+    assert out.splitlines()[0].split()[:3] == ["implementation", "dtype", "output"]
 
 
 def test_an_implementation_fitting_no_model(suite, tmp_path, capsys):

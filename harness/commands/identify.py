@@ -19,7 +19,10 @@ from harness.reports.summary import sort_keys
 
 def format_identify(df: pd.DataFrame) -> tuple[int, list[str]]:
     table = model_fits(df)
-    lines, code = [], EXIT_OK
+    # The dtype is the output's own: dgate's follows the gate and dweight's the weight, so "fp32
+    # dgate" on a bf16 case with a float32 gate is its own row.
+    lines, code = [f"{'implementation':24s} {'dtype':5s} {'output':8s} (the output's dtype: dgate's is the gate's, "
+                   f"dweight's the weight's)"], EXIT_OK
     for impl in dict.fromkeys(table["impl"]):
         t = sort_keys(table[table["impl"] == impl], ["out_dtype", "output"])
         for (dt, out), g in t.groupby(["out_dtype", "output"], sort=False):
