@@ -141,6 +141,17 @@ class Interval:
         lo, hi = self.lo - amount, self.hi + amount
         return Interval(self.alo, self.ahi, lo, hi, torch.maximum(self.g, torch.maximum(lo.abs(), hi.abs())))
 
+    def with_zero(self, where) -> "Interval":
+        """Both pairs stretched to hold 0 where `where`: a value an evaluation may legitimately lose
+        whole (a flushed float32 SiLU), which the model's own values — what the backward reuses —
+        must then hold too, not only the noisy ones."""
+        z = torch.zeros_like(self.lo)
+
+        def stretch(v, f):
+            return torch.where(where, f(v, z), v)
+        return Interval(stretch(self.alo, torch.minimum), stretch(self.ahi, torch.maximum),
+                        stretch(self.lo, torch.minimum), stretch(self.hi, torch.maximum), self.g)
+
     def rounded(self, rnd) -> "Interval":
         """Every value rounded by the monotone rounding `rnd`: the noisy set becomes the model's
         set of candidates (a point unless it straddled a rounding boundary)."""

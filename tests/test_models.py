@@ -108,6 +108,22 @@ def test_exact_allowance_is_only_absolute():
     assert torch.all(hi2 - lo2 >= v2["y"].abs())
 
 
+@pytest.mark.parametrize("nbg", [True, False])
+def test_a_flushed_silu_reaches_the_backward(nbg):
+    """Below t = -88.72 a float32 SiLU returns -0 (exp overflows), and what the backward reuses of it
+    is then 0 too: found by hypothesis, gate first, eager torch's dweight was 0 where the exact one
+    is a float32 subnormal, and the model held only the exact value's neighbourhood."""
+    x = torch.tensor([[1.91964757, 1.52262974]])
+    inp = Inputs(x, torch.tensor([[-115.904564, -103.873878]]), torch.tensor([1.07884371, 0.78867346]),
+                 torch.tensor([[-0.977032304, -2.06157875]]), 1e-5, False, None, nbg)
+    got = run_eager(inp, {"mid"})
+    exact, _ = exact_outputs(inp)
+    assert got["dweight"][1] == 0 and exact["dweight"][1] != 0      # the flush happened
+    ref = model_reference(inp, "chain", fmt_of("fp32"))
+    for out in ("y", "dx", "dgate", "dweight"):
+        assert compare(got[out], *ref[out], fmt_of("fp32"), "ulp", 0.5).status == "pass", out
+
+
 def test_resolve_names_points_and_sets():
     assert resolve("chain").points == frozenset({"mid"})
     assert resolve(("mid",)).name == "chain"                       # a built-in's points: that built-in

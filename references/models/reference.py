@@ -85,6 +85,8 @@ class ModelArithmetic:
             amount = floor if amount is None else amount + floor
         if amount is not None:
             v = v.widen(amount)
+        if node.startswith("gate.") and bool((flush := factors["t"].lo < noise.SILU32_FLUSH).any()):
+            v = v.with_zero(flush)     # the SiLU may be -0 there: so may what the backward saves of it
         for point in self.model.points:
             where = POINT_NODES[point].get(node)
             if node == "norm.dweight_term" and self.zero_centered:
