@@ -13,7 +13,7 @@ from harness.references.formats import fmt_of, round_to
 from harness.references.intervals import Interval
 from harness.references.models import POINTS, RoundingModel, builtin_models, promoted_format, register, resolve
 from harness.references.models.reference import exact_allowance, model_reference
-from tests.conftest import make_inputs
+from tests.conftest import make_case, make_inputs
 
 
 def iv(lo, hi):
@@ -120,6 +120,21 @@ def test_a_flushed_silu_reaches_the_backward(nbg):
     exact, _ = exact_outputs(inp)
     assert got["dweight"][1] == 0 and exact["dweight"][1] != 0      # the flush happened
     ref = model_reference(inp, "chain", fmt_of("fp32"))
+    for out in ("y", "dx", "dgate", "dweight"):
+        assert compare(got[out], *ref[out], fmt_of("fp32"), "ulp", 0.5).status == "pass", out
+
+
+@pytest.mark.parametrize("points", [{"mid"}, set(), {"xhat"}])
+def test_subnormal_partials_of_the_norm_backward(points):
+    """Found by hypothesis: G = 1, weights near 0 and SiLU near its flush point make dn g a float32
+    subnormal; the norm backward multiplies its lost quanta by up to r^3 u (r = 9.5 here), which a
+    floor counting only 1 + r missed by 21 ULP of a subnormal dx, for every model's eager form."""
+    from harness.cases.generate import generate
+    inp = generate(make_case(dtype="fp32", gate_dtype="fp32", weight_dtype="fp32", shape=(9, 61), group_size=1,
+                             gate_dist="saturating", gamma_dist="zero"))
+    got = run_eager(inp, points)
+    name = {frozenset({"mid"}): "chain", frozenset(): "fused", frozenset({"xhat"}): "xhat"}[frozenset(points)]
+    ref = model_reference(inp, name, fmt_of("fp32"))
     for out in ("y", "dx", "dgate", "dweight"):
         assert compare(got[out], *ref[out], fmt_of("fp32"), "ulp", 0.5).status == "pass", out
 

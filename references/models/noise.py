@@ -78,10 +78,12 @@ def dgate_floor(d_abs, u_abs, t):
 
 
 def backward_floor(u_abs, r, g_abs):
-    """Underflow in the norm backward (partial products such as u * duhat * r**3 / G can be float32
-    subnormals even where the result is normal: found by hypothesis, G = 1, x = -227.5, gate = -86.6);
-    the factors applied after them (u, r, g) multiply the lost quantum."""
-    return TINY32 * (1 + u_abs) * (1 + r) * (1 + g_abs)
+    """Underflow in the norm backward, du = r duhat - u r^3 mean(duhat u): a partial product (d g,
+    duhat u, mean(duhat u) u) can be a float32 subnormal even where the result is normal (found by
+    hypothesis, G = 1, x = -227.5, gate = -86.6), and the factors applied after it multiply the lost
+    quantum — r after duhat, up to r^3 u after duhat u, r^3 after mean(duhat u) u (hypothesis again:
+    G = 1, r = 9.5, a subnormal dx 21 ULP outside a floor that counted only 1 + r)."""
+    return TINY32 * (1 + u_abs) * (1 + r + r ** 3 * (1 + u_abs)) * (1 + g_abs)
 
 
 def dweight_floor(u_abs, r):
