@@ -135,11 +135,14 @@ class Interval:
     def token_sum(self) -> "Interval":
         return self.map_bounds(token_sum)
 
-    def widen(self, amount) -> "Interval":
-        """[lo - amount, hi + amount] (float32 noise and underflow); [alo, ahi] stays. The gauge grows
-        to the widened ends where they pass it (a flushed SiLU's floor is the value itself)."""
+    def widen(self, amount, own: bool = False) -> "Interval":
+        """[lo - amount, hi + amount] (float32 noise and underflow); [alo, ahi] stays unless `own`
+        (a deviation of the model's own value, which the backward then reuses: a rounding point's
+        absolute part). The gauge grows to the widened ends where they pass it (a flushed SiLU's
+        floor is the value itself)."""
         lo, hi = self.lo - amount, self.hi + amount
-        return Interval(self.alo, self.ahi, lo, hi, torch.maximum(self.g, torch.maximum(lo.abs(), hi.abs())))
+        alo, ahi = (self.alo - amount, self.ahi + amount) if own else (self.alo, self.ahi)
+        return Interval(alo, ahi, lo, hi, torch.maximum(self.g, torch.maximum(lo.abs(), hi.abs())))
 
     def with_zero(self, where) -> "Interval":
         """Both pairs stretched to hold 0 where `where`: a value an evaluation may legitimately lose

@@ -139,6 +139,21 @@ def test_subnormal_partials_of_the_norm_backward(points):
         assert compare(got[out], *ref[out], fmt_of("fp32"), "ulp", 0.5).status == "pass", out
 
 
+def test_a_subnormal_mid_is_allowed_in_what_the_backward_reuses():
+    """Found by hypothesis: fp16 gate first with tiny gates, h = x silu(t) rounds into fp16's
+    subnormals (chain's mid point); the exact reference's allowance held that for y but not for
+    dweight, which reuses the rounded h (eager torch: 24.5 scaled over a budget of 3 at [7])."""
+    from harness.cases.generate import generate
+    from harness.impls.registry import resolve as resolve_impl
+    from harness.pair import PairRunner, Settings
+    case = make_case(dtype="fp16", gate_dtype="fp16", weight_dtype="fp16", shape=(11,), norm_before_gate=False,
+                     gate_dist="tiny")
+    lo, hi = exact_allowance(generate(case), "chain", fmt_of("fp16"))["dweight"]
+    assert (hi - lo)[7] > 0
+    rows, _ = PairRunner(Settings("cpu", repeats=0)).run(case, resolve_impl("torch"))
+    assert {(r["output"], r["reference"], r["status"]) for r in rows if r["status"] != "pass"} == set()
+
+
 def test_resolve_names_points_and_sets():
     assert resolve("chain").points == frozenset({"mid"})
     assert resolve(("mid",)).name == "chain"                       # a built-in's points: that built-in

@@ -74,8 +74,8 @@ class ModelArithmetic:
             v = v.widen(noise.U32 * v.g)                  # the float32 product before the rounding
         if fmt.precision >= 24:                           # float32: no rounding beyond its noise
             return v
-        if self.absolute:
-            return v.widen(fmt.min_subnormal / 2)         # rounding's absolute (underflow) part
+        if self.absolute:                                 # rounding's absolute (underflow) part,
+            return v.widen(fmt.min_subnormal / 2, own=True)   # also in what the backward reuses
         return v.rounded(lambda z: round_to(z, fmt))
 
     def at(self, node: str, v: Interval, **factors) -> Interval:
