@@ -154,6 +154,18 @@ def test_a_subnormal_mid_is_allowed_in_what_the_backward_reuses():
     assert {(r["output"], r["reference"], r["status"]) for r in rows if r["status"] != "pass"} == set()
 
 
+def test_zero_centred_gamma_formed_in_float32():
+    """Found by hypothesis: 1 + w formed in float32 (a float32 weight) may round, and after the xhat
+    point's rounding either neighbour can show; eager torch-xhat's y was 0.5001 ULP from a model
+    that took 1 + w as exact."""
+    from harness.impls.registry import resolve as resolve_impl
+    from harness.pair import PairRunner, Settings
+    case = make_case(dtype="fp16", gate_dtype="fp32", weight_dtype="fp32", shape=(2, 9, 207), zero_centered_gamma=True,
+                     norm_before_gate=False, seed=67, dy_dist="ones")
+    rows, _ = PairRunner(Settings("cpu", repeats=0)).run(case, resolve_impl("torch-xhat"))
+    assert [r["reason"] for r in rows if r["status"] != "pass"] == []
+
+
 def test_resolve_names_points_and_sets():
     assert resolve("chain").points == frozenset({"mid"})
     assert resolve(("mid",)).name == "chain"                       # a built-in's points: that built-in
