@@ -71,11 +71,11 @@ def test_explore_finds_and_shrinks(tmp_path, capsys):
 
 
 def test_explore_correct_impl_passes(tmp_path, capsys):
-    # bf16 only: exploration of the full space flags torch on fp16 x with n subnormal in fp16
-    # (exact reference) and on float32 dgate at large positive gates (model reference); both are
-    # open budget/model questions, not what this test is about.
+    # No fp16 x: there chain's rounded intermediates (mid, dmid) can overflow fp16 where the exact
+    # value is finite (gamma outliers, hidden 1) — a finding about the chain model, flagged against
+    # the exact reference, not what this test is about.
     code = print_exploration(explore([resolve("torch")], Settings("cpu", repeats=0), 8, 0, tmp_path,
-                                     strategy=cases(dtypes=("bf16",), gate_dtypes=(), weight_dtypes=())))
+                                     strategy=cases(dtypes=("bf16", "fp32"))))
     out = capsys.readouterr().out
     assert code == 0, out
     assert "no failure" in out
