@@ -85,7 +85,7 @@ def norm_forward(u, g, op: Op, A):
     """N(u) and what its backward needs: (out, (r, uhat, uhat as rounded for the gamma product))."""
     r = A.at("norm.r", A.rsqrt(A.mean_of_squares(u, op.group_size) + op.eps))
     uhat = u * r
-    uhat_used = A.at("norm.xhat", uhat)
+    uhat_used = A.at("norm.xhat", uhat, r=r)
     return A.at("norm.out", uhat_used * g), (r, A.nominal(uhat), A.nominal(uhat_used), u)
 
 

@@ -7,6 +7,7 @@ import torch
 
 from harness.analysis.compare import compare
 from harness.impls.torch_ref import GatedRMSNorm
+from harness.mutants import Mutant, _GradRoundedTo
 from harness.references.errors import UsageError
 from harness.references.exact import Inputs, exact_outputs
 from harness.references.formats import fmt_of, round_to
@@ -112,7 +113,8 @@ def test_exact_allowance_is_only_absolute():
 def test_a_flushed_silu_reaches_the_backward(nbg):
     """Below t = -88.72 a float32 SiLU returns -0 (exp overflows), and what the backward reuses of it
     is then 0 too: found by hypothesis, gate first, eager torch's dweight was 0 where the exact one
-    is a float32 subnormal, and the model held only the exact value's neighbourhood."""
+    is a float32 subnormal, and the model held only the exact value's neighbourhood. (Norm first the
+    backward reuses no SiLU product: that order passed before too.)"""
     x = torch.tensor([[1.91964757, 1.52262974]])
     inp = Inputs(x, torch.tensor([[-115.904564, -103.873878]]), torch.tensor([1.07884371, 0.78867346]),
                  torch.tensor([[-0.977032304, -2.06157875]]), 1e-5, False, None, nbg)
@@ -154,6 +156,18 @@ def test_a_subnormal_mid_is_allowed_in_what_the_backward_reuses():
     assert {(r["output"], r["reference"], r["status"]) for r in rows if r["status"] != "pass"} == set()
 
 
+@pytest.mark.parametrize("impl", ["torch", "torch-fused", "torch-xhat"])
+def test_a_subnormal_normalised_value(impl):
+    """Found by hypothesis: fp32 x among the subnormals makes uhat = x r a float32 subnormal, whose
+    lost half quantum the gamma and SiLU products then multiply (y 70 ULP outside before)."""
+    from harness.impls.registry import resolve as resolve_impl
+    from harness.pair import PairRunner, Settings
+    case = make_case(dtype="fp32", gate_dtype="fp32", weight_dtype="fp32", shape=(22, 83), eps=0.3,
+                     x_dist="subnormal", gate_dist="large_positive", gamma_dist="outlier")
+    rows, _ = PairRunner(Settings("cpu", repeats=0)).run(case, resolve_impl(impl))
+    assert [r["reason"] for r in rows if r["status"] != "pass"] == []
+
+
 def test_zero_centred_gamma_formed_in_float32():
     """Found by hypothesis: 1 + w formed in float32 (a float32 weight) may round, and after the xhat
     point's rounding either neighbour can show; eager torch-xhat's y was 0.5001 ULP from a model
@@ -164,6 +178,58 @@ def test_zero_centred_gamma_formed_in_float32():
                      norm_before_gate=False, seed=67, dy_dist="ones")
     rows, _ = PairRunner(Settings("cpu", repeats=0)).run(case, resolve_impl("torch-xhat"))
     assert [r["reason"] for r in rows if r["status"] != "pass"] == []
+
+
+class _DnInBf16(Mutant):
+    """The gradient reaching n rounded to bf16 (norm first)."""
+    def forward(self, x, gate):
+        n = _GradRoundedTo.apply(self.norm(x.float()).to(x.dtype), torch.bfloat16)
+        return (n.float() * self.silu(gate)).to(x.dtype)
+
+
+class _GammaInFp16(Mutant):
+    """1 + w formed in fp16."""
+    def gamma(self):
+        return (1 + self.weight.to(torch.float16)).float() if self.zero_centered_gamma else self.weight.float()
+
+
+class _SiluZeroBelow80(Mutant):
+    """SiLU flushed to 0 from t < -80 on, where float32 still holds it."""
+    def silu(self, gate):
+        t = gate.float()
+        return torch.where(t < -80, torch.zeros_like(t), torch.nn.functional.silu(t))
+
+
+def _caught(cls, case) -> dict:
+    """The worst ULP of the mutant against the chain model, per output."""
+    from harness.cases.generate import generate
+    inp = generate(case)
+    m = cls(inp.hidden, eps=inp.eps, zero_centered_gamma=inp.zero_centered_gamma, dtype=inp.weight.dtype,
+            device="cpu", points=frozenset({"mid"}), group_size=inp.group_size, norm_before_gate=inp.norm_before_gate)
+    with torch.no_grad():
+        m.weight.copy_(inp.weight)
+    x, t = inp.x.clone().requires_grad_(True), inp.gate.clone().requires_grad_(True)
+    y = m(x, t)
+    y.backward(inp.dy.to(y.dtype))
+    got = {"y": y.detach(), "dx": x.grad, "dgate": t.grad, "dweight": m.weight.grad}
+    ref = model_reference(inp, "chain", fmt_of(case.dtype))
+    return {o: compare(got[o], *ref[o], fmt_of(case.dtype), "ulp", 0.5).reduced.worst_value for o in got}
+
+
+@pytest.mark.parametrize("cls, case, outputs", [
+    # dx itself: the norm backward's floor at r = 21 (a bare r^3 term let this pass on dx)
+    (_DnInBf16, dict(shape=(16, 61), group_size=1, gate_dist="underflow"), ("dx",)),
+    (_SiluZeroBelow80, dict(shape=(16, 61), group_size=1, gate_dist="underflow"), ("y", "dx", "dgate", "dweight")),
+    (_SiluZeroBelow80, dict(shape=(16, 61), group_size=1, gate_dist="underflow", norm_before_gate=False),
+     ("y", "dx", "dgate", "dweight")),
+    (_GammaInFp16, dict(shape=(2, 9, 207), zero_centered_gamma=True, seed=67, gamma_dist="zero"),
+     ("y", "dx", "dgate", "dweight")),
+])
+def test_the_widened_regions_still_catch_bugs(cls, case, outputs):
+    """The floors and widenings above admit float32's own losses, not bugs of the same regions."""
+    c = make_case(**{"dtype": "fp32", "gate_dtype": "fp32", "weight_dtype": "fp32", **case})
+    worst = _caught(cls, c)
+    assert max(worst[o] for o in outputs) > 0.5, worst
 
 
 def test_resolve_names_points_and_sets():

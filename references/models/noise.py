@@ -79,11 +79,19 @@ def dgate_floor(d_abs, u_abs, t):
 
 def backward_floor(u_abs, r, g_abs):
     """Underflow in the norm backward, du = r duhat - u r^3 mean(duhat u): a partial product (d g,
-    duhat u, mean(duhat u) u) can be a float32 subnormal even where the result is normal (found by
+    duhat u, duhat uhat) can be a float32 subnormal even where the result is normal (found by
     hypothesis, G = 1, x = -227.5, gate = -86.6), and the factors applied after it multiply the lost
-    quantum — r after duhat, up to r^3 u after duhat u, r^3 after mean(duhat u) u (hypothesis again:
-    G = 1, r = 9.5, a subnormal dx 21 ULP outside a floor that counted only 1 + r)."""
-    return TINY32 * (1 + u_abs) * (1 + r + r ** 3 * (1 + u_abs)) * (1 + g_abs)
+    quantum: r after duhat, r^2 after duhat uhat, r^3 u after duhat u (autograd's order; hypothesis
+    again: G = 1, r = 9.5, a subnormal dx 21 ULP outside a floor that counted only 1 + r). Not a bare
+    r^3: at r = 1/sqrt(eps) it would admit a dn rounded to bf16 in a normal float32 dx."""
+    return TINY32 * (1 + u_abs) * (1 + r + r * r + r ** 3 * u_abs) * (1 + g_abs)
+
+
+def xhat_floor(r):
+    """Underflow of uhat = u r itself: a float32 subnormal loses its half quantum, which the forward's
+    gamma and SiLU products and the backward (it reuses uhat) multiply (hypothesis: fp32, x
+    subnormal, large gates, y 70 ULP outside)."""
+    return TINY32 * (1 + r)
 
 
 def dweight_floor(u_abs, r):

@@ -85,6 +85,8 @@ class ModelArithmetic:
             amount = floor if amount is None else amount + floor
         if amount is not None:
             v = v.widen(amount)
+        if node == "norm.xhat":       # uhat's own underflow: also in what the backward reuses
+            v = v.widen(noise.xhat_floor(factors["r"].g), own=True)
         if node.startswith("gate.") and bool((flush := factors["t"].lo < noise.SILU32_FLUSH).any()):
             v = v.with_zero(flush)     # the SiLU may be -0 there: so may what the backward saves of it
         for point in self.model.points:
@@ -102,10 +104,12 @@ def _evaluate(inp: Inputs, model, act: Format, absolute: bool) -> dict[str, Inte
     w = inp.weight.to(torch.float64)
     g = Interval.exact(w + 1 if inp.zero_centered_gamma else w)  # exact in float64
     if inp.zero_centered_gamma and not absolute:
-        # ... but an implementation forms 1 + w in float32, once, and uses it in the forward and the
-        # backward alike: either neighbour, where a rounding point after it (xhat) can tell them
+        # ... but an implementation may form 1 + w in float32, once, and use it in the forward and
+        # the backward alike: either value, where a rounding point after it (xhat) can tell them
         # apart (hypothesis: torch-xhat, fp16 with a float32 weight, dgate 1.2 ULP outside)
-        g = g.widen(noise.U32 * g.g, own=True)
+        g32 = (inp.weight.float() + 1).to(torch.float64)
+        lo, hi = torch.minimum(g.lo, g32), torch.maximum(g.lo, g32)
+        g = Interval(lo, hi, lo, hi, torch.maximum(lo.abs(), hi.abs()))
     op = inp.op.__class__(inp.eps, False, inp.group, inp.norm_before_gate)
     return forward_backward(ex(inp.x), ex(inp.gate), g, ex(inp.dy), op, A)
 
