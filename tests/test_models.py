@@ -168,6 +168,21 @@ def test_a_subnormal_normalised_value(impl):
     assert [r["reason"] for r in rows if r["status"] != "pass"] == []
 
 
+def test_a_model_that_overflows_is_named():
+    """fp16 chain, hidden 1, gamma outliers: the float32 cancellation in dh is past fp16's range, so
+    chain's rounding of dh gives -inf (found by hypothesis). Both checks fail; the model check says
+    the model overflows, not only that its reference is NaN."""
+    from harness.impls.registry import resolve as resolve_impl
+    from harness.pair import PairRunner, Settings
+    case = make_case(dtype="fp16", gate_dtype="fp16", weight_dtype="fp16", shape=(6, 1), eps=1e-6,
+                     gate_dist="saturating", gamma_dist="outlier", norm_before_gate=False)
+    rows, _ = PairRunner(Settings("cpu", repeats=0)).run(case, resolve_impl("torch"))
+    bad = {(r["output"], r["reference"]): r["reason"] for r in rows if r["status"] != "pass"}
+    assert bad[("dx", "exact")].startswith("dx non-finite")
+    assert "model:chain overflows there" in bad[("dx", "model:chain")]
+    assert bad[("dx", "model:chain")].endswith("a NaN never passes")
+
+
 def test_zero_centred_gamma_formed_in_float32():
     """Found by hypothesis: 1 + w formed in float32 (a float32 weight) may round, and after the xhat
     point's rounding either neighbour can show; eager torch-xhat's y was 0.5001 ULP from a model
