@@ -13,6 +13,7 @@ from harness.cli import main
 from harness.reports.rundir import read_results
 from harness.reports.schema import columns
 from harness.runner import shard
+from tests.conftest import SILU_IN_BF16
 
 SPEC_COLUMNS = ["case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
                 "zero_centered_gamma", "eps", "gate_dist", "output", "reference", "max_ulp", "mean_ulp",
@@ -72,27 +73,12 @@ def test_run_passing_suite_in_workers(capsys, tmp_path, suite):
     assert {"wall", "references", "analysis", "impl:torch"} <= set(t.index) and "harness: time " in err
 
 
-PRECISION_BUG = """
-import torch
-import torch.nn.functional as F
-from harness.impls.torch_ref import GatedRMSNorm
-class M(GatedRMSNorm):
-    def forward(self, x, gate):
-        xf = x.float()
-        g = self.weight.float() + (1 if self.zero_centered_gamma else 0)
-        n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * g).to(x.dtype)
-        return (n.float() * F.silu(gate.to(x.dtype)).float()).to(x.dtype)   # SiLU in bf16
-def make(h, *, eps, zero_centered_gamma, dtype, device):
-    return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
-"""
-
-
 def test_run_precision_bug_exits_1(capsys, tmp_path, monkeypatch):
-    (tmp_path / "silu_bf16_plugin.py").write_text(PRECISION_BUG)
+    (tmp_path / "silu_bf16_plugin.py").write_text(SILU_IN_BF16)
     monkeypatch.syspath_prepend(str(tmp_path))
     s = tmp_path / "s.toml"
     s.write_text('[[group]]\ndtype = ["bf16"]\nshape = [[8, 64]]\ngate_dist = ["normal", "negative"]\n')
-    code, out, err = run(capsys, "run", "--impl", "bad=silu_bf16_plugin:make", "--cases", s, "--out", tmp_path / "o",
+    code, out, err = run(capsys, "run", "--impl", "bad=silu_bf16_plugin:silu_in_bf16", "--cases", s, "--out", tmp_path / "o",
                          *FAST)
     assert code == 1, out + err
     df = read_results(tmp_path / "o" / "results.csv")
