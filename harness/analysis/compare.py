@@ -35,7 +35,12 @@ def unravel(flat: int, shape) -> tuple[int, ...]:
 
 
 def compare(computed: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, gauge: torch.Tensor, fmt: Format,
-            metric: str, budget: float, output: str = "", reference: str = "") -> Comparison:
+            metric: str, budget: float, output: str = "", reference: str = "",
+            exact: torch.Tensor | None = None) -> Comparison:
+    """`exact`: the exact values, given for a model reference — where that reference is NaN and the
+    exact value finite, the model itself overflowed (an intermediate it rounds, such as chain's mid
+    or dmid in fp16, went past the format's range, and inf - inf followed), and the reason says so;
+    it still fails (a NaN never passes)."""
     computed = computed.to(lo.device)
     d = distance(computed, lo, hi, gauge, fmt)
     errors = {name: m.errors(d) for name, m in registry().items()}
@@ -44,8 +49,12 @@ def compare(computed: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, gauge: t
     nan_ref = torch.isnan(lo) | torch.isnan(hi)
     status, reason = "pass", ""
     if bool(nan_ref.any()):
-        idx = ",".join(map(str, unravel(int(nan_ref.reshape(-1).nonzero()[0]), computed.shape)))
-        status, reason = "fail", f"{output} reference is NaN at [{idx}]: a NaN never passes"
+        k = int(nan_ref.reshape(-1).nonzero()[0])
+        idx = ",".join(map(str, unravel(k, computed.shape)))
+        v = math.nan if exact is None else float(exact.reshape(-1)[k])
+        why = "" if math.isnan(v) else (f"{reference} overflows there (an intermediate it rounds went past its "
+                                        f"format's range; the exact value is {v:.4g}), and ")
+        status, reason = "fail", f"{output} reference is NaN at [{idx}]: {why}a NaN never passes"
     else:
         nonfinite = ~torch.isfinite(d.computed)
         if bool(nonfinite.any()):                   # the roundings only where something is non-finite
