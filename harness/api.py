@@ -17,7 +17,7 @@ import pandas as pd
 from harness.cases.case import Case
 from harness.gate import apply_baseline, failure_line, verdict
 from harness.impls.base import Implementation, from_factory
-from harness.pair import Settings
+from harness.pipeline.settings import Settings
 from harness.references.accel import BACKENDS
 from harness.references.errors import UsageError
 from harness.reports.outputs import RunData, formats, write_outputs
@@ -32,7 +32,9 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 @dataclass
 class Results:
     """A sweep's outcome. `frame`: the results.csv rows; `ok`: every planned pair finished and every
-    check within budget (skips aside); `failures`: the fail and error rows."""
+    check within budget (skips aside); `failures`: the fail and error rows of the checks that count
+    (against the exact value and the declared model). A command that decides its own exit code
+    (harness identify) sets `command_exit` and the `headline` its report leads with."""
     frame: pd.DataFrame
     planned: int = 0
     unfinished: list = field(default_factory=list)
@@ -41,9 +43,13 @@ class Results:
     title: str = ""
     env: dict = field(default_factory=dict)
     baseline: pd.DataFrame | None = None
+    command_exit: int | None = None
+    headline: list = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
+        if self.command_exit is not None:
+            return self.command_exit
         if self.unfinished:
             return EXIT_USAGE
         return verdict(self.frame)[0]
@@ -56,7 +62,8 @@ class Results:
     def failures(self) -> pd.DataFrame:
         if self.frame.empty:
             return self.frame
-        return self.frame[self.frame["status"].isin(["fail", "error"])]
+        from harness.reports.summary import gated
+        return self.frame[self.frame["status"].isin(["fail", "error"]) & gated(self.frame)]
 
     def verdict_lines(self) -> list[str]:
         lines = verdict(self.frame)[1]
@@ -68,14 +75,14 @@ class Results:
         """results.csv, summary.csv and (unless report=False) report.html in `directory`."""
         rd = RunDir(directory).create("write")
         rd.write_results(self.frame)
-        data = RunData(self.frame, summarize(self.frame), self.exit_code, self.title, self.env, self.baseline,
-                       self.suite)
-        return [rd.results] + write_outputs(rd.path, data, skip=() if report else ("report",))
+        return [rd.results] + write_outputs(rd.path, self.run_data(), skip=() if report else ("report",))
+
+    def run_data(self) -> RunData:
+        return RunData(self.frame, summarize(self.frame), self.exit_code, self.title, self.env, self.baseline,
+                       self.suite, tuple(self.headline))
 
     def write_junit(self, path) -> Path:
-        data = RunData(self.frame, summarize(self.frame), self.exit_code, self.title, self.env, self.baseline,
-                       self.suite)
-        formats()["junit"].write(data, Path(path))
+        formats()["junit"].write(self.run_data(), Path(path))
         return Path(path)
 
 
@@ -128,7 +135,7 @@ class Plan:
 
 def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golden=None,
          reference_backend="auto", shard_spec: tuple[int, int] | None = None, shard_by: str = "case",
-         repeats: int | None = None, require_repeatable: bool = False) -> Plan:
+         repeats: int | None = None, allow_nondeterministic: bool = False) -> Plan:
     from harness.budgets import load_budget_file
     from harness.cases.suite import load_suite
     device = resolve_device(device)
@@ -155,8 +162,10 @@ def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golde
         RunDir(golden).create("--golden")
     if repeats is not None and repeats < 0:
         raise UsageError(f"--repeats {repeats}: need 0 or more")
+    from harness.impls.source import source_hash
     settings = Settings(device, overrides, budgets or "", Path(golden) if golden else None, reference_backend,
-                        suite_ref, {i.name: i.spec for i in impl_list if i.spec}, repeats, require_repeatable)
+                        suite_ref, {i.name: i.spec for i in impl_list if i.spec},
+                        {i.name: source_hash(i) for i in impl_list}, repeats, allow_nondeterministic)
     return Plan(impl_list, case_list, suite_name, settings, base)
 
 
@@ -193,19 +202,21 @@ def run_plan(p: Plan, out=None, *, resume=False, jobs=1, timeout=DEFAULT_TIMEOUT
 
 def verify(impl, *, cases="quick", device="auto", budgets=None, baseline=None, out=None, jobs=1,
            timeout=DEFAULT_TIMEOUT, isolate="auto", golden=None, reference_backend="auto", repeats=None,
-           require_repeatable=False) -> Results:
+           allow_nondeterministic=False) -> Results:
     """Run `cases` (a suite name or .toml path, or a list of Case) for `impl` and gate on the budgets
     (default: derived from the declared rounding model; `budgets`: a budget file) and, given one, a
-    baseline results directory. `out`: where results.csv goes (a temporary directory if None)."""
+    baseline results directory. `out`: where results.csv goes (a temporary directory if None).
+    An output that a later call on the same inputs changes fails unless `allow_nondeterministic`."""
     p = plan(impl, cases, device, budgets, baseline, golden, reference_backend, repeats=repeats,
-             require_repeatable=require_repeatable)
+             allow_nondeterministic=allow_nondeterministic)
     return run_plan(p, out, jobs=jobs, timeout=timeout, isolate=isolate)
 
 
 def failure_message(results: Results) -> str:
     """The failure record of every failing check: case id, output, reference, metric, value, budget,
     the worst element's inputs in hex, the replay command."""
-    bad = results.failures
+    from harness.gate import by_severity
+    bad = by_severity(results.failures)
     head = f"{len(bad)} of {len(results.frame)} checks not within budget" if len(bad) else "not every pair finished"
     lines = [head] + [failure_line(r) for _, r in bad.iterrows()]
     if results.unfinished:

@@ -4,20 +4,21 @@ started by harness.bisect.run_step with the commit's import roots first on PYTHO
 MODULE's top-level package is found in those roots only, by a finder put ahead of every other one
 of sys.meta_path: an editable install of REPO (its finder, its .pth) cannot make a step judge the
 user's checkout, and a commit without the package is untestable rather than judged on the
-installed copy. The suite runs pair by pair in this process and stops at the first check over
-budget. judge.json, written as the judge's last act, is the verdict: a judge that ends without one
-(a crash or exit of the implementation, a pair past the timeout) made no judgement."""
+installed copy. The suite runs pair by pair through the pipeline (harness.pipeline: the commit's
+code in a worker, whose implementation process pins the package to the same roots, judged by its
+judge) and stops at the first check over budget. judge.json, written as the judge's last act, is
+the verdict: a judge that ends without one (an exit of the implementation at import) made no
+judgement; a pair that crashes or runs past the timeout is an `error` pair."""
 from __future__ import annotations
 
 import argparse
-import faulthandler
-import importlib.abc
 import importlib.machinery
 import json
 import os
 import sys
 from pathlib import Path
 
+from harness.pinned import pin_imports
 from harness.references.errors import UsageError
 
 GOOD, BAD, SKIP = 0, 1, 125
@@ -33,23 +34,6 @@ def import_roots(tree: Path, paths=()) -> list[Path]:
     return [d.resolve() for d in (tree / "src", tree) if d.is_dir()]
 
 
-class RootsFirst(importlib.abc.MetaPathFinder):
-    """Finds one top-level package in the import roots only, ahead of every finder of sys.meta_path
-    (editable installs put theirs in front of it too); not there is ModuleNotFoundError, never the
-    installed copy. Its submodules follow its __path__, inside the roots."""
-
-    def __init__(self, name: str, roots: list[str]):
-        self.name, self.roots = name, list(roots)
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, self.roots)
-        if spec is None:
-            raise ModuleNotFoundError(f"no module named {fullname!r} under {', '.join(self.roots)}", name=fullname)
-        return spec
-
-
 def write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
@@ -60,37 +44,41 @@ def judge(spec: str, cases: str, device: str, out: Path, roots: list[str], timeo
     """Judge the commit whose code is under `roots`: pair by pair, stopping at the first check over
     budget. Writes out/judge.json (verdict, why, the file MODULE came from, the deciding check) as
     its last act and returns the step code; rows go to out/results.csv."""
+    import pandas as pd
+
+    from harness.analysis.check import rows as result_rows
     from harness.api import plan
-    from harness.gate import failure_line
+    from harness.gate import by_severity, failure_line
     from harness.impls.registry import PLUGIN_SPEC, load_plugin
-    from harness.pair import PairRunner
+    from harness.pipeline.drive import Pipeline
     from harness.reports.rundir import RunDir
+    from harness.worker import drop_spares, prespawn
+    prespawn([dict(os.environ)])                 # the worker's imports overlap this process's own
     module = PLUGIN_SPEC.match(spec)["module"]
     top = module.split(".")[0]
     verdict = {"verdict": "skip", "why": "", "imported": "", "check": "", "checked": 0, "planned": 0}
     try:
         if importlib.machinery.PathFinder.find_spec(top, roots) is None:
             raise UsageError(f"--impl {spec}: no package {top!r} in the commit's import roots ({', '.join(roots)})")
-        for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
-            del sys.modules[name]            # imported at start-up (a .pth): not this commit's
-        sys.meta_path.insert(0, RootsFirst(top, roots))
+        pin_imports(top, roots)
         impl = load_plugin(spec)
         verdict["imported"] = getattr(sys.modules.get(module), "__file__", None) or module
         p = plan(impl, cases, device)
     except UsageError as e:
+        drop_spares()
         verdict["why"] = str(e)
         write_json(out / "judge.json", verdict)
         return SKIP
     verdict["planned"] = len(p.cases)
-    rd, runner, error, skipped = RunDir(out).create(), PairRunner(p.settings), None, 0
+    rd, error, skipped = RunDir(out).create(), None, 0
+    pipe = Pipeline(p.settings, "process", timeout, pinned=(top, list(roots)))
     for case in p.cases:
         (out / "current").write_text(f"{case.case_id} [{case.label}]")
-        faulthandler.dump_traceback_later(timeout, exit=True)      # a hang ends the judge: no verdict
-        rows, _ = runner.run(case, impl)
-        faulthandler.cancel_dump_traceback_later()
+        rows = result_rows(pipe.run(case, impl))
         rd.append_pair(rows)
         verdict["checked"] += 1
-        fail = next((r for r in rows if r["status"] == "fail"), None)
+        fails = by_severity(pd.DataFrame([r for r in rows if r["status"] == "fail"]))
+        fail = fails.iloc[0] if len(fails) else None
         if fail is not None:
             verdict.update(verdict="bad", check=failure_line(fail).strip(),
                            why=f"{fail['case_id']} {fail['output']} vs {fail['reference']}: {fail['reason']} "
@@ -104,6 +92,7 @@ def judge(spec: str, cases: str, device: str, out: Path, roots: list[str], timeo
         else:
             verdict.update(verdict="good", why=f"{verdict['checked'] - skipped} of {len(p.cases)} cases within "
                                               f"budget" + (f", {skipped} skipped" if skipped else ""))
+    pipe.close()
     write_json(out / "judge.json", verdict)
     return CODES[verdict["verdict"]]
 

@@ -37,14 +37,10 @@ class Budget:
     source: str          # "default", "default (extreme: ...)" or the budget file
 
 
-def reference_kind(reference: str) -> str:
-    return reference.split(":")[0]
-
-
-def default_budget(output: str, reference: str, model: RoundingModel, out: Format, act: Format,
+def default_budget(output: str, kind: str, model: RoundingModel, out: Format, act: Format,
                    promoted: Format, group: int, tokens: int, norm_before_gate: bool,
                    regime: str = "normal") -> Budget:
-    kind = reference_kind(reference)
+    """`kind`: the reference's, "exact" or "model"."""
     metric = gated_metric(output, kind)
     value = get(metric).final_rounding
     if kind == "exact":
@@ -73,10 +69,10 @@ class Override:
     metric: str
     budget: float
 
-    def matches(self, impl, rounding, dtype, output, reference, regime) -> bool:
+    def matches(self, impl, rounding, dtype, output, kind, regime) -> bool:
         return all(want in ("*", have) for want, have in (
             (self.impl, impl), (self.rounding, rounding), (self.dtype, dtype), (self.output, output),
-            (self.reference, reference_kind(reference)), (self.regime, regime)))
+            (self.reference, kind), (self.regime, regime)))
 
     def specificity(self) -> int:
         return sum(v != "*" for v in (self.impl, self.rounding, self.dtype, self.output,
@@ -145,11 +141,11 @@ def load_budget_file(path: str) -> list[Override]:
     return parse_budget_file(text, path)
 
 
-def lookup(overrides: list[Override], default: Budget, impl, rounding, dtype, output, reference,
+def lookup(overrides: list[Override], default: Budget, impl, rounding, dtype, output, kind,
            regime, path: str = "budget file") -> Budget:
     """The most specific matching override (a budget file may also gate another registered metric
-    for an output), else the default."""
-    hits = [o for o in overrides if o.matches(impl, rounding, dtype, output, reference, regime)]
+    for an output), else the default. `kind`: the reference's, "exact" or "model"."""
+    hits = [o for o in overrides if o.matches(impl, rounding, dtype, output, kind, regime)]
     if not hits:
         return default
     best = max(hits, key=Override.specificity)
@@ -163,14 +159,14 @@ def regen(results, allow_growth: bool = False):
     exceeds its budget grows, at most REGEN_GROWTH_CAP times the default unless allow_growth."""
     ok = results[results["status"].isin(["pass", "fail"])]
     lines, grown, refused = [], [], []
-    keys = ["impl", "rounding", "out_dtype", "output", "reference", "regime", "budget_metric"]
+    keys = ["impl", "rounding", "out_dtype", "output", "reference_kind", "regime", "budget_metric"]
     for key, grp in ok.groupby(keys, sort=True):
-        impl, rounding, dtype, output, reference, regime, metric = key
+        impl, rounding, dtype, output, kind, regime, metric = key
         measured = float(grp[get(metric).column].max())
         old = float(grp["budget"].max())
         if not math.isfinite(old):          # reported, not gated (extreme vs exact): stays so
             continue
-        line_key = (impl, rounding, dtype, output, reference_kind(reference), regime, metric)
+        line_key = (impl, rounding, dtype, output, kind, regime, metric)
         if not math.isfinite(measured):
             refused.append((line_key, measured, old))
             continue

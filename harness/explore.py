@@ -1,8 +1,8 @@
 """`harness run --cases hypothesis`: property-based exploration of the case space.
 
 Hypothesis draws cases (harness.cases.strategies), every implementation runs each exactly as in a
-sweep (in a worker process where it can be sent to one), and any check that is neither pass nor
-skip falsifies the property. Hypothesis then shrinks to a minimal failing case; its rows go to
+sweep (harness.pipeline: in a worker where it can be sent to one), and any check that is neither
+pass nor skip falsifies the property. Hypothesis then shrinks to a minimal failing case; its rows go to
 OUT/results.csv (from which `harness replay ID --cases OUT` rebuilds it) and the case is printed as
 a `[[case]]` suite entry. The active hypothesis profile applies (its database keeps failing examples
 for the next run); only the too_slow health check is waived, because a case is an expensive example
@@ -15,10 +15,12 @@ from typing import Callable
 
 import pandas as pd
 
+from harness.analysis.check import rows as result_rows
 from harness.cases.case import Case
-from harness.pair import PairRunner, Settings
+from harness.pipeline.drive import Pipeline
+from harness.pipeline.settings import Settings
 from harness.reports.rundir import RunDir
-from harness.worker import DEFAULT_TIMEOUT, Worker, picklable
+from harness.worker import DEFAULT_TIMEOUT
 
 # Shrinking stops evaluating new candidates after this many calls per example asked for (the best
 # failure found so far is kept), so a slow implementation cannot stall CI in the shrink phase.
@@ -61,32 +63,6 @@ def format_exploration(e: Exploration) -> str:
     return "\n".join(lines)
 
 
-class _Pairs:
-    """Runs pairs in a worker process where every implementation can be sent to one, else inline."""
-
-    def __init__(self, impls, settings: Settings, timeout: float):
-        self.impls, self.timeout, self.device = impls, timeout, settings.device
-        self.worker = Worker(settings) if all(i.spec or picklable(i) for i in impls) else None
-        self.inline = PairRunner(settings) if self.worker is None else None
-
-    def rows(self, case: Case) -> list[dict]:
-        from harness.analysis.check import status_rows
-        from harness.cases.generate import act_format
-        out = []
-        for impl in self.impls:
-            if self.inline is not None:
-                out += self.inline.run(case, impl)[0]
-                continue
-            rows, _, why = self.worker.run(case, impl, self.timeout)
-            out += rows if rows is not None else status_rows(
-                case, impl, self.device, act_format(case, impl.act_follows).name, "error", why)
-        return out
-
-    def close(self):
-        if self.worker is not None:
-            self.worker.close()
-
-
 def explore(impls, settings: Settings, max_examples: int, seed: int | None, out_dir, strategy=None,
             timeout: float = DEFAULT_TIMEOUT, log: Callable[[str], None] | None = None) -> Exploration:
     from hypothesis import HealthCheck, Phase, given
@@ -98,7 +74,7 @@ def explore(impls, settings: Settings, max_examples: int, seed: int | None, out_
 
     rd = RunDir(out_dir).create()
     settings = replace(settings, suite_ref=str(rd.path))          # replay commands rebuild the case from OUT
-    pairs = _Pairs(list(impls), settings, timeout)
+    pipe = Pipeline(settings, timeout=timeout)
     memo: dict[str, list[dict]] = {}       # case_id -> rows (a case's result is a pure function)
     failing: dict[str, Case] = {}
     state = {"calls": 0, "last": None}
@@ -110,7 +86,7 @@ def explore(impls, settings: Settings, max_examples: int, seed: int | None, out_
         if state["calls"] > call_cap and cid not in memo:
             return        # out of shrink budget: unseen candidates count as passing
         if cid not in memo:
-            memo[cid] = pairs.rows(case)
+            memo[cid] = [r for impl in impls for r in result_rows(pipe.run(case, impl))]
         bad = [r for r in memo[cid] if r.get("status") not in ("pass", "skip")]
         if bad:
             failing[cid] = case
@@ -139,7 +115,7 @@ def explore(impls, settings: Settings, max_examples: int, seed: int | None, out_
         return Exploration(max_examples, len(memo), rd.results, failing[cid],
                            [r for r in rows if r.get("status") not in ("pass", "skip")], note)
     finally:
-        pairs.close()
+        pipe.close()
     all_rows = [r for rows in memo.values() for r in rows]
     if all_rows:
         rd.write_results(pd.DataFrame(all_rows))

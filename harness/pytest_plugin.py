@@ -6,7 +6,7 @@ one short test file,
     test_gated_norm = hp.suite("mykernel=mykernel.norm:make", cases="quick")
 
 `suite(impl, cases)` is one pytest test per case (per case and implementation, given a list), its
-id the case id and label. Each test runs its pair as `harness run` does (harness.pair.PairRunner,
+id the case id and label. Each test runs its pair as `harness run` does (harness.pipeline.Pipeline,
 the plan checked by harness.api.plan) and fails with an AssertionError whose message is the failure
 record (harness.gate.failure_line: case id, output, reference, metric, value, budget, the worst
 element's inputs in hex, the replay command); skip rows are pytest skips with their reason.
@@ -20,11 +20,14 @@ fail, as pytest-regressions' --force-regen does), --harness-isolate. Give paths 
 (--harness-out=DIR): pytest takes an existing path among the arguments it does not know yet as a
 rootdir candidate, and node ids (xdist workers') move with it.
 
-Isolation (--harness-isolate auto, as the CLI): pairs run in one persistent harness.worker process
-per pytest process and suite, so a kernel that crashes, exits or hangs is an error row and the
-session goes on; it costs one worker start (an interpreter importing torch) per pytest process and
-suite, not per test. `inline` runs pairs in the pytest process: no start-up, but a kernel's crash or
-exit ends the session (an os._exit(0) without xdist: with status 0, as if it had passed).
+Isolation (--harness-isolate auto, as the CLI): pairs run in one persistent worker per pytest
+process and suite (harness.worker: the kernel's calls in one process, the references and checks in
+another that never runs its code), so a kernel that crashes, exits, hangs or changes its process's
+floating-point state is an error row or judged correctly, and the session goes on; it costs one
+worker start (an interpreter importing torch) per pytest process and suite, not per test. `inline`
+runs pairs in the pytest process: no start-up, but a kernel's crash or exit ends the session (an
+os._exit(0) without xdist: with status 0, as if it had passed), and what it patches in the process
+reaches the judging.
 
 Sharding: `pytest -n N --dist loadgroup` (pytest-xdist); the tests of one compile key (hidden size
 and dtypes, harness.runner.compile_key) share an xdist_group, so each compile happens on one worker.
@@ -176,7 +179,7 @@ class _Session:
         self.device, self.budgets = opt("harness_device", None), opt("harness_budgets", None)
         self.regen, self.isolate = opt("harness_regen", False), opt("harness_isolate", "auto")
         self.parts = Path(os.environ[PARTS_ENV]) if os.environ.get(PARTS_ENV) else None
-        self.out, self.report, self._plans, self._runners, self._rundir = opt("harness_out", None), [], {}, {}, None
+        self.out, self.report, self._plans, self._pipes, self._rundir = opt("harness_out", None), [], {}, {}, None
 
     def plan(self, s: _Suite):
         from harness.api import plan
@@ -192,14 +195,11 @@ class _Session:
         return self._plans[s]
 
     def rows(self, s: _Suite, k: int, case) -> list[dict]:
+        from harness.analysis.check import rows as result_rows
         p = self.plan(s)
-        impl = p.impls[k]
-        from harness.worker import picklable
-        inline = self.isolate == "inline" or (self.isolate == "auto" and not (impl.spec or picklable(impl)))
-        key = (s, inline)
-        if key not in self._runners:
-            self._runners[key] = _inline_runner(p) if inline else _worker(p)
-        rows = self._runners[key](case, impl)
+        if s not in self._pipes:
+            self._pipes[s] = _pipeline(p, self.isolate)
+        rows = result_rows(self._pipes[s].run(case, p.impls[k]))
         if self.parts is not None:
             if self._rundir is None:
                 from harness.reports.rundir import RunDir
@@ -211,7 +211,8 @@ class _Session:
         """Raise the failure record unless every check is within budget; False (or a pytest skip)
         where the implementation declined the case."""
         __tracebackhide__ = True
-        from harness.gate import failure_line
+        import pandas as pd
+        from harness.gate import by_severity, failure_line
         rows = self.rows(s, k, case)
         if rows and all(r["status"] == "skip" for r in rows):
             if skip:
@@ -221,14 +222,14 @@ class _Session:
         if not bad:
             return True
         lines = [f"{case.case_id} [{case.label}]: {len(bad)} of {len(rows)} checks not within budget"]
-        lines += [failure_line(r) for r in bad]
+        lines += [failure_line(r) for _, r in by_severity(pd.DataFrame(bad)).iterrows()]
         if self.regen:
             lines.append(_regen_note(bad, self.budgets))
         raise AssertionError("\n".join(lines))
 
     def close(self) -> None:
-        for run in self._runners.values():
-            getattr(run, "close", lambda: None)()           # workers; inline runners have nothing to stop
+        for pipe in self._pipes.values():
+            pipe.close()
 
 
 def _regen_note(bad: list[dict], path: str) -> str:
@@ -248,43 +249,18 @@ def _threads() -> int:
     return max(1, cores() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
 
 
-def _inline_runner(p):
-    from harness.pair import PairRunner
-    if "PYTEST_XDIST_WORKER" in os.environ:
+def _pipeline(p, isolate: str):
+    """The suite's pipeline: its worker runs with this process's share of the cores and imports
+    what the tests import; inline pairs under xdist use that share too."""
+    from harness.pipeline.drive import Pipeline, isolated
+    from harness.worker import worker_env
+    if "PYTEST_XDIST_WORKER" in os.environ and not all(isolated(i, isolate) for i in p.impls):
         import torch
         torch.set_num_threads(_threads())           # N workers on the cores, not N x the cores
-    runner = PairRunner(p.settings)
-    return lambda case, impl: runner.run(case, impl)[0]
-
-
-class _worker:
-    """Pairs through one persistent harness.worker process (started on the first pair)."""
-
-    def __init__(self, p):
-        from harness.worker import worker_env
-        from harness.worker import Worker
-        env = worker_env(_threads(), _threads(), None)
-        theirs = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(_project_paths() + theirs))
-        self.p, self.w = p, Worker(p.settings, env)
-
-    def __call__(self, case, impl) -> list[dict]:
-        from harness.analysis.check import status_rows
-        from harness.cases.generate import act_format
-        from harness.pair import replay_command
-        from harness.worker import DEFAULT_TIMEOUT
-        rows, _, why = self.w.run(case, impl, DEFAULT_TIMEOUT)
-        if rows is None:                           # it died or hung on this pair: error rows, as a sweep has
-            s = self.p.settings
-            rows = status_rows(case, impl, s.device, act_format(case, impl.act_follows).name, "error", why)
-            replay = replay_command(case, s.impl_specs.get(impl.name, impl.spec or impl.name), s.suite_ref,
-                                    s.device, s.override_path)
-            for r in rows:
-                r["replay"] = replay
-        return rows
-
-    def close(self) -> None:
-        self.w.close()
+    env = worker_env(_threads(), _threads(), None)
+    theirs = [q for q in env.get("PYTHONPATH", "").split(os.pathsep) if q]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(_project_paths() + theirs))
+    return Pipeline(p.settings, isolate, env=env)
 
 
 def _project_paths() -> list[str]:

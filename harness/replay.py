@@ -1,26 +1,25 @@
 """`harness replay CASE_ID --impl SPEC [--cases SUITE|RESULTS_DIR|results.csv | --case JSON]`: rerun
-one case for one implementation exactly as the sweep does (in this process) and show, per output
-and reference, the worst elements down to the bit (harness.analysis.explain).
+one case for one implementation exactly as the sweep does (through the same pipeline, giving the
+same typed PairResult) and show, per output and reference, its worst elements down to the bit (the
+judge explains `--top` of them per check: harness.analysis.explain).
 
 The case comes from a suite (by id), is rebuilt from a results.csv row (every Case field is a
 column there), or is given as the JSON of its parameters; it must hash back to the id asked for."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis.check import check, interval, out_format_name
-from harness.analysis.compare import compare
-from harness.analysis.explain import ElementRecord, explain, worst_flats
+from harness.analysis.check import rows as result_rows
+from harness.analysis.explain import reason
+from harness.analysis.result import PairResult
 from harness.cases.case import Case
-from harness.cases.generate import act_format
-from harness.execute import run_impl
-from harness.pair import Settings, case_inputs, replay_command
+from harness.pipeline.drive import Pipeline
+from harness.pipeline.settings import Settings, replay_command
 from harness.references.errors import UsageError
-from harness.references.formats import fmt_of
 from harness.reports.rundir import RunDir, read_csv
 
 
@@ -97,51 +96,44 @@ def find_case(case_id: str, cases: str, case_json: str | None = None) -> Case:
 
 @dataclass
 class Replay:
-    case: Case
-    impl: object
-    device: str
-    rows: list[dict]
-    elements: dict[int, list[ElementRecord]] = field(default_factory=dict)    # row index -> worst elements
+    result: PairResult
+    top: int = 5                       # elements shown per check
+
+    @property
+    def rows(self) -> list[dict]:
+        return result_rows(self.result)
 
 
 def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override_path: str = "",
-             suite_ref: str = "") -> Replay:
-    act = act_format(case, impl.act_follows)
-    s = Settings(device, tuple(overrides), override_path, suite_ref=suite_ref)
-    if impl.unsupported(case):
-        from harness.analysis.check import status_rows
-        return Replay(case, impl, device, status_rows(case, impl, device, act.name, "skip", impl.unsupported(case)))
-    inp, refs = case_inputs(case, impl.act_follows, s)
-    outcome = run_impl(impl, inp, act.dtype, device, impl.case_kwargs(case))
-    rows = check(case, impl, device, refs, outcome, tuple(overrides), override_path)
-    r = Replay(case, impl, device, rows)
-    for k, row in enumerate(rows):
-        out = row["output"]
-        if row["status"] in ("error", "skip") or out not in outcome.outputs:
-            continue
-        fmt = fmt_of(out_format_name(case, act.name, out))
-        lo, hi, gauge = interval(refs, row["reference"], impl.rounding, act, out)     # what check() measured
-        c = compare(outcome.outputs[out], lo, hi, gauge, fmt, row["budget_metric"], row["budget"], out)
-        golden = refs.certified(out, fmt).golden
-        r.elements[k] = explain(c, refs.inputs, out, lo, hi, refs.values[out], golden, worst_flats(c, top), fmt.dtype)
-    return r
+             suite_ref: str = "", isolate: str = "auto") -> Replay:
+    from harness.impls.source import source_hash
+    s = Settings(device, tuple(overrides), override_path, suite_ref=suite_ref,
+                 impl_hashes={impl.name: source_hash(impl)}, top=max(top, 1))
+    pipe = Pipeline(s, isolate)
+    try:
+        return Replay(pipe.run(case, impl), top)
+    finally:
+        pipe.close()
 
 
 def format_replay(r: Replay) -> str:
-    lines = [f"case {r.case.case_id} [{r.case.regime}] {r.case.label}",
-             f"impl {r.impl.name} ({r.impl.rounding.name}) on {r.device}"]
-    for k, row in enumerate(r.rows):
-        head = f"{row['output']:7s} vs {row['reference']:12s} {row['status'].upper():5s}"
-        if row["status"] in ("error", "skip"):
-            lines.append(f"{head} {row.get('reason', '')}")
+    res = r.result
+    lines = [f"case {res.case.case_id} [{res.case.regime}] {res.case.label}",
+             f"impl {res.impl.name} ({res.impl.rounding.name}) on {res.device}"]
+    for c in res.checks:
+        head = f"{c.output:7s} vs {c.reference.label:12s} {c.status.upper():5s}"
+        why = reason(c.output, c.reference.label, c.finding)
+        if c.status in ("error", "skip"):
+            lines.append(f"{head} {why}")
             continue
-        if "max_ulp" in row:
-            head += (f" max_ulp={row['max_ulp']:.4g} max_scaled={row['max_scaled_err']:.4g} "
-                     f"budget={row['budget']:.4g} {row['budget_metric']}")
-        if row.get("reason"):
-            head += f"  ({row['reason']})"
+        m = c.measured
+        if m is not None:
+            head += (f" max_ulp={m.maxima['ulp']:.4g} max_scaled={m.maxima['scaled']:.4g} "
+                     f"budget={c.budget.value:.4g} {c.budget.metric}")
+        if why:
+            head += f"  ({why})"
         lines.append(head)
-        for e in r.elements.get(k, []):
+        for e in (m.elements[:r.top] if m is not None else ()):
             metrics = " ".join(f"{n}={v:.4g}" for n, v in e.metrics.items())
             lines.append(f"    [{','.join(map(str, e.index))}] {e.inputs}")
             lines.append(f"        got={e.got!r} ({e.got_hex})  exact={e.exact!r}  golden={e.golden!r} "
@@ -150,7 +142,7 @@ def format_replay(r: Replay) -> str:
 
 
 def replay(case_id: str, impl_spec: str, cases: str, device: str = "auto", top: int = 5,
-           budgets: str | None = None, case_json: str | None = None) -> Replay:
+           budgets: str | None = None, case_json: str | None = None, isolate: str = "auto") -> Replay:
     """Check the arguments (UsageError naming the bad one), find the case and rerun it."""
     from harness.api import as_implementation, resolve_device
     from harness.budgets import load_budget_file
@@ -163,13 +155,14 @@ def replay(case_id: str, impl_spec: str, cases: str, device: str = "auto", top: 
         raise UsageError(f"--impl {impl.name}: {reason}")
     case = find_case(case_id, cases, case_json)
     overrides = load_budget_file(budgets) if budgets else []
-    return run_case(case, impl, device, top, overrides, budgets or "", "" if case_json else cases)
+    return run_case(case, impl, device, top, overrides, budgets or "", "" if case_json else cases, isolate)
 
 
 def write_replay_results(r: Replay, out_dir) -> Path:
     """The replayed rows (each with its replay command) as OUT_DIR/results.csv."""
     rd = RunDir(out_dir).create()
-    cmd = replay_command(r.case, r.impl.spec or r.impl.name, "", r.device)
+    res = r.result
+    cmd = replay_command(res.case, res.impl.spec or res.impl.name, "", res.device)
     rd.write_results(pd.DataFrame([{**row, "replay": cmd} for row in r.rows]))
     return rd.results
 

@@ -1,20 +1,19 @@
-"""The sweep: every planned (case, implementation) pair through isolated workers (harness.worker),
-its rows appended to the run directory's results.csv as each pair completes.
+"""The sweep: every planned (case, implementation) pair through the pipeline (harness.pipeline:
+isolated workers wherever the implementation can be sent to one), its rows appended to the run
+directory's results.csv as each pair completes — so that an interrupted sweep keeps them — and
+held here: the final results.csv is written from the rows the judges sent, never read back from
+the file (which a plug-in could have written meanwhile).
 
 --jobs N runs N workers at once; each takes the next compile key (every case of one hidden size and
 dtype mix: each compile and autotuning happens once), costliest first, as it finishes one; each
 worker gets its share of the cores for OpenMP (--threads; passive waiting) and compiles and, with
 --gpus, its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
 on; a sweep that could not finish every planned pair says so (SweepResult.finished), and the
-caller never exits 0 for it. --resume keeps the finished pairs (an `error` pair is finished: a
-case that kills its worker is not retried forever) of this invocation's cases, implementations and
-device, recomputes their verdicts under the current budgets, drops every other row, and runs the
-rest."""
+caller never exits 0 for it. --resume: harness.resume."""
 from __future__ import annotations
 
 import math
 import queue
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,17 +21,16 @@ from typing import Callable
 
 import pandas as pd
 
-from harness.analysis.check import references_of, status_rows
+from harness.analysis.check import rows as result_rows
+from harness.analysis.result import PairResult
 from harness.cases.case import Case
-from harness.cases.generate import act_format
 from harness.impls.base import Implementation
-from harness.pair import VERSION, PairRunner, Settings, replay_command
-from harness.references.exact import OUTPUTS
-from harness.references.metrics import get
+from harness.pipeline.drive import Pipeline, isolated
+from harness.pipeline.settings import Settings
 from harness.reports.rundir import OUTPUTS as RUN_FILES
-from harness.reports.rundir import PAIR_TIMING, RESULTS, TIMING, RunDir
-from harness.reports.schema import SCHEMA_VERSION
-from harness.worker import DEFAULT_TIMEOUT, Worker, picklable, sweep_envs
+from harness.reports.rundir import PAIR_TIMING, RESULTS, TIMING, RunDir, results_frame
+from harness.resume import resume_rows
+from harness.worker import DEFAULT_TIMEOUT, sweep_envs
 
 PAIR_TIMING_COLUMNS = ["case_id", "label", "impl", "references", "impl_seconds", "analysis", "mpmath", "pair_seconds"]
 
@@ -128,83 +126,6 @@ def _next_pairs(q: "queue.SimpleQueue"):
         yield from group
 
 
-def expected_checks(impls: list[Implementation], models=()) -> dict[str, set]:
-    """Per implementation, the (output, reference) of every row one of its pairs has."""
-    return {i.name: {(o, ref) for o in OUTPUTS for ref, _ in references_of(i, models)} for i in impls}
-
-
-# harness.analysis.compare's over-budget reason: "OUTPUT METRIC error VALUE > budget BUDGET ..."
-_BUDGET_FAIL = re.compile(r"^\S+ \S+ error \S+ > budget ")
-
-
-def _budget_reason(reason: str) -> bool:
-    """A fail that is about a budget, a baseline or repeatability (recomputed on resume), not about
-    the output itself (invalid, non-finite, against a NaN reference: those stay fails)."""
-    return bool(_BUDGET_FAIL.match(reason)) or reason.startswith(("regressed: ", "second call raised ")) \
-        or " not repeatable: " in reason
-
-
-def regate(df: pd.DataFrame, cases: dict[str, Case], impls: dict[str, Implementation], s: Settings) -> pd.DataFrame:
-    """Finished rows' verdicts under the current budgets (and --require-repeatable): budget, metric
-    and status recomputed from the measured values, their replay commands this invocation's;
-    errors, skips and failures that are not about a budget stay as they were."""
-    from harness.analysis.check import budget_for
-    from harness.references.formats import fmt_of
-    df = df.copy()
-    for col in ("budget_metric", "budget_source", "reason", "replay", "suite"):
-        if col in df.columns:
-            df[col] = df[col].astype(object)
-    for i, r in df.iterrows():
-        case, impl = cases[r["case_id"]], impls[r["impl"]]
-        spec = s.impl_specs.get(impl.name, impl.spec or impl.name)
-        df.at[i, "replay"] = replay_command(case, spec, s.suite_ref, s.device, s.override_path)
-        df.at[i, "suite"] = s.suite_ref
-        reason = str(r.get("reason", "") or "")
-        if r["status"] not in ("pass", "fail") or (r["status"] == "fail" and not _budget_reason(reason)):
-            continue
-        act = act_format(case, impl.act_follows)
-        kind = str(r["reference"]).split(":")[0]
-        b = budget_for(case, impl, r["output"], kind, fmt_of(r["out_dtype"]), act, s.overrides, s.override_path)
-        value = float(r.get(get(b.metric).column, math.nan))
-        if not (b.metric == r.get("budget_metric") and b.value == float(r.get("budget", math.nan))):
-            if "count_over" in df.columns:
-                df.at[i, "count_over"] = math.nan          # counted against the old budget
-        df.at[i, "budget_metric"], df.at[i, "budget"], df.at[i, "budget_source"] = b.metric, b.value, b.source
-        status, why = "pass", ""
-        if not value <= b.value:                            # NaN fails
-            status, why = "fail", (f"{r['output']} {b.metric} error {value:.4g} > budget {b.value:.4g} "
-                                   f"at [{r.get('worst_index', '')}] vs {r['reference']}")
-        elif s.require_repeatable and r.get("repeatable") in (False, "False"):
-            status, why = "fail", (f"{r['output']} not repeatable: {int(r.get('differing_elements', 0) or 0)} "
-                                   f"elements differ between two calls on the same inputs (--require-repeatable)")
-        df.at[i, "status"], df.at[i, "reason"] = status, why
-    return df
-
-
-def resume_rows(sw: "Sweep") -> pd.DataFrame:
-    """What --resume keeps: complete pairs of this invocation's cases and implementations, measured
-    on its device with this schema, re-gated. results.csv and pair-timing.csv are rewritten to it."""
-    rd = sw.rundir
-    kept = rd.repair_for_resume(expected_checks(sw.impls, sw.settings.models))
-    if len(kept):
-        planned = {(c.case_id, i.name) for c in sw.cases for i in sw.impls}
-        same = [(c, i) in planned for c, i in zip(kept["case_id"], kept["impl"])]
-        same = pd.Series(same, index=kept.index) & (kept["device"].astype(str) == sw.settings.device)
-        if "schema_version" in kept.columns:
-            same &= pd.to_numeric(kept["schema_version"], errors="coerce") == SCHEMA_VERSION
-        if "harness_version" in kept.columns:
-            same &= kept["harness_version"].astype(str) == VERSION
-        bad = {k for k, ok in zip(zip(kept["case_id"], kept["impl"]), same) if not ok}
-        kept = kept[[k not in bad for k in zip(kept["case_id"], kept["impl"])]]
-    if len(kept):
-        kept = regate(kept, {c.case_id: c for c in sw.cases}, {i.name: i for i in sw.impls}, sw.settings)
-        rd.write_results(kept)
-        rd.keep_pair_timing(set(zip(kept["case_id"], kept["impl"])))
-    else:
-        rd.clear([RESULTS, PAIR_TIMING])
-    return kept.reset_index(drop=True)
-
-
 def _suite_order(df: pd.DataFrame, cases: list[Case], impls: list[Implementation]) -> pd.DataFrame:
     if df.empty:
         return df
@@ -238,76 +159,59 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     timings: dict[str, float] = {}
     lock = threading.Lock()
     state = {"done": 0}
+    new_rows: list[dict] = []            # what the judges sent: the results, whatever the file says
     failed: list[BaseException] = []
-    workers: list[Worker] = []
+    pipes: list[Pipeline] = []
 
-    def record(case: Case, impl: Implementation, rows: list[dict], times: dict) -> None:
+    def record(r: PairResult) -> None:
+        rows = result_rows(r)
         with lock:
+            new_rows.extend(rows)
             rd.append_pair(rows)
-            rd.append_csv_row(PAIR_TIMING, {"case_id": case.case_id, "label": case.label, "impl": impl.name,
-                                            "references": times.get("references", 0.0),
-                                            "impl_seconds": times.get("impl", 0.0),
-                                            "analysis": times.get("analysis", 0.0), "mpmath": times.get("mpmath", 0.0),
-                                            "pair_seconds": float(rows[0].get("pair_seconds", 0.0) or 0.0)},
+            rd.append_csv_row(PAIR_TIMING, {"case_id": r.case.case_id, "label": r.case.label, "impl": r.impl.name,
+                                            "references": r.times.get("references", 0.0),
+                                            "impl_seconds": r.times.get("impl", 0.0),
+                                            "analysis": r.times.get("analysis", 0.0),
+                                            "mpmath": r.times.get("mpmath", 0.0), "pair_seconds": r.pair_seconds},
                               PAIR_TIMING_COLUMNS)
-            for stage, sec in times.items():
-                key = f"impl:{impl.name}" if stage == "impl" else stage
+            for stage, sec in r.times.items():
+                key = f"impl:{r.impl.name}" if stage == "impl" else stage
                 timings[key] = timings.get(key, 0.0) + sec
             state["done"] += 1
             if progress:
-                progress(state["done"], total, f"{impl.name} {case.label}", rows)
-
-    def error_rows(case: Case, impl: Implementation, why: str) -> list[dict]:
-        act = act_format(case, impl.act_follows).name
-        rows = status_rows(case, impl, sw.settings.device, act, "error", why, sw.settings.models)
-        spec = sw.settings.impl_specs.get(impl.name, impl.spec or impl.name)
-        cmd = replay_command(case, spec, sw.settings.suite_ref, sw.settings.device, sw.settings.override_path) \
-            if spec else ""
-        for r in rows:
-            r.update(replay=cmd, suite=sw.settings.suite_ref, harness_version=VERSION)
-        if log:
-            log(f"harness: {impl.name} {case.case_id} [{case.label}]: {why}")
-        return rows
+                progress(state["done"], total, f"{r.impl.name} {r.case.label}", rows)
 
     def inline(mine) -> None:
-        runner = PairRunner(sw.settings)
+        pipe = Pipeline(sw.settings, "inline", sw.timeout, log=log)
         for case, impls in mine:
             for impl in impls:
-                try:
-                    rows, times = runner.run(case, impl)
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as e:      # SystemExit too: an implementation's exit is an error row
-                    rows, times = error_rows(case, impl, f"the pair raised {type(e).__name__}: {e}"), {}
-                record(case, impl, rows, times)
+                record(pipe.run(case, impl))
 
-    def isolated(k: int) -> None:
-        worker = Worker(sw.settings, envs[k], on_start=rd.note_worker, log=log)
-        workers.append(worker)
+    def isolated_worker(k: int) -> None:
+        pipe = Pipeline(sw.settings, "process", sw.timeout, env=envs[k], on_start=rd.note_worker, log=log)
+        pipes.append(pipe)
         try:
             for case, impls in _next_pairs(pending):
                 for impl in impls:
                     if failed:
                         return
-                    rows, times, why = worker.run(case, impl, sw.timeout)
+                    r = pipe.run(case, impl)
                     if failed:                  # interrupted: the pair's end is the harness's doing
                         return
-                    if rows is None:
-                        rows = error_rows(case, impl, why)
-                    elif sw.settings.device.startswith("cuda") and any(r["status"] == "error" for r in rows):
-                        worker.stop()       # a CUDA error poisons the context: the next pair gets a new one
-                    record(case, impl, rows, times)
+                    if sw.settings.device.startswith("cuda") and r.status == "error":
+                        pipe.restart()      # a CUDA error poisons the context: the next pair gets a new one
+                    record(r)
         except BaseException as e:            # a harness bug: stop, keep what is written
             failed.append(e)
         finally:
-            worker.close()
+            pipe.close()
 
-    process = sw.isolate == "process" or (sw.isolate == "auto" and all(i.spec or picklable(i) for i in sw.impls))
+    process = all(isolated(i, sw.isolate) for i in sw.impls)
     pending = key_queue(todo)
     if not process:
         inline(todo)
     else:
-        ts = [threading.Thread(target=isolated, args=(k,), daemon=True) for k in range(jobs)]
+        ts = [threading.Thread(target=isolated_worker, args=(k,), daemon=True) for k in range(jobs)]
         for t in ts:
             t.start()
         try:
@@ -316,17 +220,17 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
                     t.join(0.2)
         except KeyboardInterrupt:
             failed.append(KeyboardInterrupt())
-            for w in list(workers):         # the threads see `failed` after their pair; stop them now
-                w.stop()
+            for p in list(pipes):           # the threads see `failed` after their pair; stop them now
+                p.close()
             for t in ts:
                 t.join(10)
     if failed:
         raise failed[0]
     timings["wall"] = time.time() - t0
     timings["jobs"] = float(jobs)
-    df = rd.read_results() if rd.results.exists() else pd.DataFrame()
+    df = pd.concat([kept, pd.DataFrame(new_rows)], ignore_index=True) if new_rows else kept
     if len(df):
-        df = _suite_order(df, sw.cases, sw.impls)
+        df = results_frame(_suite_order(df, sw.cases, sw.impls))
         rd.write_results(df)
     got = set(zip(df["case_id"], df["impl"])) if len(df) else set()
     unfinished = sorted(planned - got)

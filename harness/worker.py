@@ -1,27 +1,32 @@
-"""Isolated workers: each (case, implementation) pair runs in a child process, so that whatever the
-implementation does — raise, sys.exit or os._exit, abort, segfault, hang, exhaust memory — the
-sweep records an `error` row naming it and goes on with a fresh worker.
+"""Isolated workers, the command's side: each (case, implementation) pair runs in a worker, so that
+whatever the implementation does — raise, sys.exit or os._exit, abort, segfault, hang, exhaust
+memory, detach a process of its own — the sweep records an `error` row naming it and goes on with a
+fresh worker.
 
-A worker is `python -m harness.worker FD PARENT_PID`: it imports torch and the implementations once
-and then runs pair after pair (harness.pair.PairRunner) for as long as the parent sends them, so
-the cost of isolation is one process start per sweep and per crash, not per pair; the command line
-starts the first workers before it imports anything heavy itself (prespawn), so that their imports
-overlap its own. Parent and worker talk over a socket pair (multiprocessing's Connection: pickled
-messages); the worker's stdout goes to the parent's standard error (file descriptor 2), so a
-chatty plug-in cannot garble the summary. A worker runs in a session of its own (the parent kills
-its whole process group on a timeout), is the kernel's first choice when memory runs out, and
-dies with its parent (Linux's parent-death signal), so no worker outlives an interrupted or killed
-sweep. A pair's --timeout counts from sending it, not from the worker's start."""
+A worker is two processes (harness.pipeline.serve): the implementation's, and the judge it forks
+before any implementation's code runs. Both import torch and the harness once and then run pair
+after pair for as long as the command sends them, so the cost of isolation is one process start per
+sweep and per crash, not per pair; the command line starts the first workers before it imports
+anything heavy itself (prespawn), so that their imports overlap its own. The command talks to each
+over its own socket pair: it pickles what it sends (it is trusted), reads the implementation's
+process only as bytes (never unpickled) and forwards its record to the judge, whose PairResult it
+keeps. A worker runs in a session of its own and its output goes to a pipe the command drains onto
+its standard error (a chatty plug-in cannot garble the summary, and a process it detaches holds
+that pipe, never the caller's). Stopping a worker ends every process of its tree — the
+implementation's process is a child subreaper, so a detached grandchild is in it — and its process
+group; a worker is the kernel's first choice when memory runs out, and dies with its parent
+(Linux's parent-death signal), so no worker outlives an interrupted or killed sweep. A pair's
+--timeout counts from sending it, not from the worker's start."""
 from __future__ import annotations
 
 import atexit
 import os
-import pickle
 import signal
 import socket
 import subprocess
 import sys
-import traceback
+import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Callable, NoReturn
 
@@ -31,6 +36,15 @@ DEFAULT_TIMEOUT = 600.0          # seconds a pair may take (first calls compile 
 START_TIMEOUT = 300.0
 _SIGNALS = {getattr(signal, n): n for n in dir(signal)
             if n.startswith("SIG") and not n.startswith(("SIG_", "SIGRT"))}
+
+
+def prctl(option: int, value: int) -> None:
+    """Linux's prctl(2) (PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER); nothing elsewhere."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value)
+    except Exception:
+        pass
 
 
 def describe_exit(code: int | None) -> str:
@@ -43,26 +57,6 @@ def describe_exit(code: int | None) -> str:
         return f"the implementation's process was killed by {name}{extra}"
     return (f"the implementation's process exited with status {code} "
             f"(os._exit, or an exit the harness could not catch)")
-
-
-def _die_with_parent(parent: int) -> None:
-    """SIGKILL this process when its parent dies (Linux prctl PR_SET_PDEATHSIG; the parent's thread
-    that started it must outlive it, which harness.runner's do), and leave now if the parent
-    already has (reparented before the prctl took effect). Also offer this process to the kernel's
-    OOM killer before the parent, so that a case too big for memory kills the worker — an error
-    row — and not the sweep."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)     # 1: PR_SET_PDEATHSIG
-    except Exception:
-        pass
-    if os.getppid() != parent:
-        os._exit(1)
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:      # raising it needs no privilege
-            f.write("500")
-    except OSError:
-        pass
 
 
 def cores() -> int:
@@ -92,37 +86,123 @@ def sweep_envs(jobs: int, threads: int | None, gpus: tuple[int, ...] = ()) -> li
     return [worker_env(threads or share, share, gpus[k % len(gpus)] if gpus else None) for k in range(jobs)]
 
 
-# Started, importing, not yet given settings: (environment, process, connection).
-_SPARE: list[tuple[dict, subprocess.Popen, Connection]] = []
+# Started, importing, not yet given settings.
+_SPARE: list[tuple[dict, "Process"]] = []
 
 
-def _spawn(env: dict) -> tuple[subprocess.Popen, Connection]:
-    parent, child = socket.socketpair()
-    env = dict(env)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    proc = subprocess.Popen([sys.executable, "-m", "harness.worker", str(child.fileno()), str(os.getpid())],
-                            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=2,
-                            env=env, start_new_session=True)
-    child.close()
-    return proc, Connection(parent.detach())
+class Process:
+    """One worker's processes, as the command sees them: the implementation's process (its
+    session leader), the two sockets, and the thread that drains its output onto our stderr."""
+
+    def __init__(self, env: dict):
+        impl, impl_child = socket.socketpair()
+        judge, judge_child = socket.socketpair()
+        env = dict(env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.pipeline.serve", str(impl_child.fileno()), str(judge_child.fileno()),
+             str(os.getpid())], pass_fds=(impl_child.fileno(), judge_child.fileno()), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        impl_child.close()
+        judge_child.close()
+        self.impl, self.judge = Connection(impl.detach()), Connection(judge.detach())
+        self.judge_pid: int | None = None
+        threading.Thread(target=_drain, args=(self.proc.stdout,), name="worker-output", daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def end(self) -> int | None:
+        """Kill every process of the worker's tree and group; reap it; its exit status."""
+        for c in (self.impl, self.judge):
+            c.close()
+        kill_tree(self.proc.pid)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def _drain(pipe) -> None:
+    """A worker's output onto the command's standard error (file descriptor 2), until every
+    process holding the pipe has ended."""
+    fd = pipe.fileno()
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except OSError:
+            return
+        if not chunk:
+            pipe.close()
+            return
+        try:
+            os.write(2, chunk)
+        except OSError:
+            pass
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` in the process tree (from /proc: Linux)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(pid: int, group: bool = True) -> None:
+    """SIGKILL `pid`'s descendants (a worker's implementation process is a subreaper: what its
+    plug-in detached is among them), until none is left, then (`group`) `pid`'s process group. The
+    leader dies last, so that the tree stays whole while it is walked."""
+    for _ in range(10):
+        below = descendants(pid)
+        if not below:
+            break
+        for p in below:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+    if not group:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def end_orphans_at_exit() -> None:
+    """Make this process a child subreaper (Linux): a process a plug-in detached that outlived its
+    worker (one that crashed before it could be stopped) is reparented here rather than to init,
+    and every descendant still running when this process exits is ended. For the command line's own
+    process: a library caller's process is left as it is."""
+    prctl(36, 1)                                  # 36: PR_SET_CHILD_SUBREAPER
+    atexit.register(kill_tree, os.getpid(), False)
 
 
 def prespawn(envs: list[dict]) -> None:
     """Start a worker per environment now, from the main thread (a worker dies with the thread that
     started it), for Worker.start to take; drop_spares() ends those no sweep took."""
     for env in envs:
-        _SPARE.append((env, *_spawn(env)))
+        _SPARE.append((env, Process(env)))
 
 
 def drop_spares() -> None:
     while _SPARE:
-        _, proc, conn = _SPARE.pop()
-        conn.close()
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
+        _SPARE.pop()[1].end()
 
 
 atexit.register(drop_spares)
@@ -134,104 +214,95 @@ class WorkerStartError(RuntimeError):
 
 
 class Worker:
-    """The parent's handle on one worker process. `on_start(pid)` is called for every process it
-    starts (the run directory's lock file lists them); `log(line)` hears of a worker that died
-    between pairs (a thread of the last pair's implementation, say), which no row can carry."""
+    """The command's handle on one worker. `on_start(pid)` is called for every worker it starts (the
+    run directory's lock file lists them; a worker's judge is its child and dies with it); `log(line)` hears of a worker that died
+    between pairs (a thread of the last pair's implementation, say), which no row can carry.
+    `pinned` (top-level package, import roots): the implementation's process imports that package
+    from those roots only (harness bisect)."""
 
     def __init__(self, settings, env: dict | None = None, on_start: Callable[[int], None] | None = None,
-                 log: Callable[[str], None] | None = None):
-        self.settings, self.env, self.on_start, self.log = settings, env, on_start, log
-        self.proc: subprocess.Popen | None = None
-        self.conn: Connection | None = None
+                 log: Callable[[str], None] | None = None, pinned: tuple[str, list[str]] | None = None):
+        self.settings, self.env, self.on_start, self.log, self.pinned = settings, env, on_start, log, pinned
+        self.p: Process | None = None
         self.last = ""                                  # the last pair it ran, for that line
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
+        return self.p.pid if self.p is not None else None
 
     def start(self) -> str | None:
-        """Start a worker (or take a spare one started with the same environment) and wait until it
-        is ready; None, or why it could not start."""
+        """Start a worker (or take a spare one started with the same environment) and wait until
+        both its processes are ready; None, or why it could not start."""
         env = dict(os.environ if self.env is None else self.env)
-        spare = next((k for k, (e, proc, _) in enumerate(_SPARE) if e == env and proc.poll() is None), None)
-        if spare is not None:
-            _, self.proc, self.conn = _SPARE.pop(spare)
-        else:
-            self.proc, self.conn = _spawn(env)
+        spare = next((k for k, (e, p) in enumerate(_SPARE) if e == env and p.proc.poll() is None), None)
+        self.p = _SPARE.pop(spare)[1] if spare is not None else Process(env)
         if self.on_start is not None:
-            self.on_start(self.proc.pid)
+            self.on_start(self.p.pid)
         try:
-            # the parent's import path: a plug-in or API factory found there is found by the worker too
-            self.conn.send(("settings", self.settings, list(sys.path)))
-            if not self.conn.poll(START_TIMEOUT):
+            # the command's import path: a plug-in or API factory found there is found by the worker too
+            self.p.impl.send(("settings", self.settings, list(sys.path), self.pinned))
+            self.p.judge.send(("settings", self.settings))
+            if not (self.p.impl.poll(START_TIMEOUT) and self.p.judge.poll(START_TIMEOUT)):
                 self.stop()
                 return f"the worker did not start within {START_TIMEOUT:g} s"
-            kind, *payload = self.conn.recv()
+            said = self.p.impl.recv_bytes()
+            kind, *payload = self.p.judge.recv()
         except (EOFError, OSError):
-            return "the worker died while starting: " + describe_exit(self._reap())
-        if kind != "ready":
+            return "the worker died while starting: " + describe_exit(self._end())
+        if said != b"ready" or kind != "ready":
+            why = said.decode(errors="replace") if said != b"ready" else payload[0]
             self.stop()
-            return f"the worker could not start: {payload[0] if payload else kind}"
+            return f"the worker could not start: {why}"
+        self.p.judge_pid = payload[0]
         return None
 
-    def run(self, case, impl, timeout: float) -> tuple[list[dict] | None, dict, str | None]:
-        """(rows, stage times, None), or (None, {}, why) when the worker died or hung on the pair
+    def run(self, case, impl, timeout: float):
+        """(the pair's PairResult, None), or (None, why) when the worker died or hung on the pair
         (it is then stopped; the next call starts a new one). `timeout` counts from sending the
-        pair, not from starting the worker. The implementation travels as its --impl text (resolved
-        again in the worker) unless it has none (an API factory: pickled)."""
-        if self.proc is not None and self.proc.poll() is not None:      # not this pair's doing
-            why = describe_exit(self._reap())
+        pair, for the implementation's calls and again for the judging. The implementation travels
+        as its --impl text (resolved again in the worker) unless it has none (an API factory:
+        pickled); the judge gets its declaration."""
+        from harness.pipeline.judge import declaration
+        if self.p is not None and self.p.proc.poll() is not None:      # not this pair's doing
+            why = describe_exit(self._end())
             if self.log:
                 self.log(f"harness: warning: a worker died between pairs, after {self.last}: {why}")
-        if self.proc is None:
+        if self.p is None:
             why = self.start()
             if why is not None:
                 raise WorkerStartError(f"could not start a worker process: {why}")
         self.last = f"{impl.name} {case.case_id} [{case.label}]"
+        p = self.p
         try:
-            self.conn.send(("pair", case, impl.spec if impl.spec else impl))
-            if not self.conn.poll(timeout):
+            p.judge.send(("pair", case, declaration(impl)))
+            p.impl.send(("pair", case, impl.spec if impl.spec else impl))
+            if not p.impl.poll(timeout):
                 self.stop()
-                return None, {}, f"timed out after {timeout:g} s (--timeout); the worker was killed"
-            kind, *payload = self.conn.recv()
+                return None, f"timed out after {timeout:g} s (--timeout); the worker was killed"
+            record = p.impl.recv_bytes()                 # bytes: never unpickled here
         except (EOFError, OSError):
-            return None, {}, describe_exit(self._reap())
-        if kind == "rows":
-            return payload[0], payload[1], None
-        self.stop()                 # the pair escaped PairRunner's own handling: a fresh worker next
-        return None, {}, payload[0]
-
-    def _reap(self) -> int | None:
-        proc, self.proc = self.proc, None
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-        if proc is None:
-            return None
+            return None, describe_exit(self._end())
         try:
-            return proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            return proc.wait()
+            p.judge.send_bytes(record)
+            if not p.judge.poll(timeout):
+                self.stop()
+                return None, f"the judging of the pair took over {timeout:g} s (--timeout); the worker was killed"
+            kind, payload = p.judge.recv()
+        except (EOFError, OSError):
+            return None, "the judging process ended: " + describe_exit(self._end())
+        if kind == "result":
+            return payload, None
+        self.stop()                 # the pair escaped the judge's own handling: a fresh worker next
+        return None, payload
+
+    def _end(self) -> int | None:
+        p, self.p = self.p, None
+        return None if p is None else p.end()
 
     def stop(self) -> None:
-        """Kill the worker and everything it started (its own session), and reap it."""
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self._reap()
-
-    def close(self) -> None:
-        """Ask the worker to leave, then make sure it has."""
-        if self.proc is not None:
-            try:
-                self.conn.send(("exit",))
-                self.proc.wait(timeout=10)
-            except Exception:
-                pass
-            self.stop()
+        """Kill the worker and everything it started (nothing of an implementation outlives it),
+        and reap it."""
+        self._end()
 
 
 def exit_now(code: int) -> NoReturn:
@@ -255,65 +326,3 @@ def exit_now(code: int) -> NoReturn:
         except (OSError, ValueError):
             code = code or 120
     os._exit(code)
-
-
-def picklable(impl) -> bool:
-    try:
-        pickle.dumps(impl)
-        return True
-    except Exception:
-        return False
-
-
-def _escaped(e: BaseException) -> str:
-    """Why a pair ended in an exception PairRunner did not turn into rows (a SystemExit from an
-    implementation's `supports`, a plug-in that no longer imports, or a bug of the harness)."""
-    tb = traceback.format_exc(limit=-6).strip().replace("\n", " | ")
-    return f"the pair raised {type(e).__name__}: {str(e).strip()[:200]} ({tb[-1500:]})"
-
-
-def main(fd: int, parent: int) -> int:
-    """The worker's loop (its own process): the imports first (a spare worker does them while the
-    parent checks its input), then the settings, then pair after pair."""
-    _die_with_parent(parent)
-    conn = Connection(fd)
-    try:
-        from harness.impls.registry import resolve
-        from harness.pair import PairRunner
-    except BaseException as e:
-        conn.send(("crash", _escaped(e)))
-        return 1
-    try:
-        msg = conn.recv()
-    except EOFError:
-        return 0
-    _, settings, path = msg
-    sys.path[:] = list(dict.fromkeys(list(path) + sys.path))
-    try:
-        runner = PairRunner(settings)
-    except BaseException as e:
-        conn.send(("crash", _escaped(e)))
-        return 1
-    conn.send(("ready",))
-    impls: dict = {}
-    while True:
-        try:
-            raw = conn.recv_bytes()
-        except EOFError:
-            return 0
-        try:
-            msg = pickle.loads(raw)      # an API factory's module must import here: inside the try
-            if msg[0] == "exit":
-                return 0
-            _, case, impl = msg
-            if isinstance(impl, str):
-                impl = impls[impl] if impl in impls else impls.setdefault(impl, resolve(impl))
-            rows, times = runner.run(case, impl)
-        except BaseException as e:          # SystemExit too: an implementation's exit is a row, not a pass
-            conn.send(("crash", _escaped(e)))
-            continue
-        conn.send(("rows", rows, times))
-
-
-if __name__ == "__main__":
-    exit_now(main(int(sys.argv[1]), int(sys.argv[2])))

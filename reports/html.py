@@ -18,7 +18,7 @@ from harness.references.atomic import atomic_write
 from harness.reports import plots
 from harness.reports.realised import model_fits, verdict_line
 from harness.reports.schema import STATUSES
-from harness.reports.summary import budget_ratio, normalize, sort_keys, worst_value
+from harness.reports.summary import budget_ratio, gated, normalize, sort_keys, worst_value
 
 TEMPLATES = Path(__file__).parent / "templates"
 ALL_ROWS_CAP = 2000        # rows of the "all results" table written into the page
@@ -129,11 +129,10 @@ def _cell(r) -> tuple[str, str, str]:
 def accuracy(summary: pd.DataFrame, declared: dict) -> dict:
     """Implementations side by side; rows out dtype x output x reference x regime. Each
     implementation's own model shares one row ("declared model"; the tooltip names it); other
-    models (identify runs) keep their names."""
+    models (identify runs) keep their names. `declared`: impl -> its declared model's reference label."""
     if summary.empty:
         return {"impls": [], "rows": []}
-    own = summary["impl"].map(lambda i: declared.get(i, ""))
-    is_own = (summary["reference"] == "model:" + own) | ((own == "") & summary["reference"].str.startswith("model:"))
+    is_own = summary["reference"] == summary["impl"].map(lambda i: declared.get(i, ""))
     s = summary.assign(full_ref=summary["reference"], reference=summary["reference"].where(~is_own, "declared model"))
     s = sort_keys(s, ["out_dtype", "output", "reference", "regime", "impl"])
     impls = sorted(s["impl"].unique())
@@ -279,10 +278,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     d = normalize(df)
     for c in NUMERIC:
         d[c] = pd.to_numeric(d[c], errors="coerce")
-    ref = d["reference"]
-    own = ref == "model:" + d["rounding"]
-    gated = (ref == "exact") | own | ((d["rounding"] == "") & ref.str.startswith("model:"))
-    return d.assign(_value=worst_value(d), _ratio=budget_ratio(d), _gated=gated,
+    return d.assign(_value=worst_value(d), _ratio=budget_ratio(d), _gated=gated(d),
                     label=d["label"].where(d["label"] != "", d["case_id"]))
 
 
@@ -291,12 +287,13 @@ def render_report(data, path: Path) -> Path:
     d = prepare(data.results)
     g = d[d["_gated"]]
     summary = data.summary
-    declared = d[d["rounding"] != ""].groupby("impl")["rounding"].first().to_dict()
+    own = d[(d["reference_kind"] == "model") & (d["reference_model"] == d["rounding"])]
+    declared = own.groupby("impl")["reference"].first().to_dict()
     jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                               undefined=jinja2.StrictUndefined)
     html = jenv.get_template("report.html").render(
         title=data.title or "Gated RMSNorm precision report",
-        verdict=verdict(d, data.exit_code),
+        verdict={**verdict(d, data.exit_code), "headline": list(data.headline)},
         models=models(d),
         accuracy=accuracy(summary, declared),
         summary=_table(summary.assign(**{c: _num(summary[c]) for c in ["worst", "budget", "margin", "max_ulp",

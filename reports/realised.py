@@ -8,10 +8,10 @@ import pandas as pd
 
 
 def model_fits(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (impl, out_dtype, output, model): checks, passed, ok — from the pass/fail rows against
-    model:<name> references (errors and skips measure nothing)."""
-    m = df[df["reference"].astype(str).str.startswith("model:") & df["status"].isin(["pass", "fail"])]
-    m = m.assign(model=m["reference"].str.removeprefix("model:"), _pass=m["status"] == "pass")
+    """Per (impl, out_dtype, output, model): checks, passed, ok — from the pass/fail rows against a
+    model reference (errors and skips measure nothing)."""
+    m = df[(df["reference_kind"].astype(str) == "model") & df["status"].isin(["pass", "fail"])]
+    m = m.assign(model=m["reference_model"].astype(str), _pass=m["status"] == "pass")
     fit = m.groupby(["impl", "out_dtype", "output", "model"], sort=False).agg(
         checks=("_pass", "size"), passed=("_pass", "sum")).reset_index()
     return fit.assign(ok=fit["checks"] == fit["passed"])

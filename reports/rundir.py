@@ -77,6 +77,12 @@ def results_text(df: pd.DataFrame) -> str:
     return d.reindex(columns=cols).to_csv(index=False)
 
 
+def results_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` as read back from the results.csv text it makes (the types every reader sees), without
+    reading the file."""
+    return read_csv(io.StringIO(results_text(df)))
+
+
 class RunDir:
     def __init__(self, path: Path | str):
         self.path = Path(path)

@@ -6,21 +6,25 @@ from __future__ import annotations
 
 from harness.references.metrics import registry
 
-SCHEMA_VERSION = 2     # 2: skip rows, op variants, dy_dist, every metric vs the model in ULP, timings
+# 2: skip rows, op variants, dy_dist, every metric vs the model in ULP, timings
+# 3: fail_kind, the reference's kind and model, what ran (impl_spec, impl_hash), inputs_modified, notes,
+#    the first differing element of a later call
+SCHEMA_VERSION = 3
 
 _SPEC = (
     "case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
     "zero_centered_gamma", "eps", "gate_dist", "output", "reference", "max_ulp", "mean_ulp",
     "max_abs_err", "max_rel_err", "max_scaled_err", "budget_metric", "budget", "status",
-    "group_size", "norm_before_gate",
+    "group_size", "norm_before_gate", "fail_kind",
 )
 _CASE = ("label", "regime", "act_dtype", "out_dtype", "hidden", "tokens", "x_dist", "gamma_dist", "dy_dist",
          "seed")
 _DETAIL = ("p99_ulp", "count_over", "n_elements", "cr_mismatch", "certified", "uncertified",
            "worst_index", "worst_got", "worst_ref", "worst_inputs")
-_VERDICT = ("budget_source", "regressed", "baseline_value", "reason", "replay")
-_RUN = ("suite", "harness_version", "pair_seconds", "impl_seconds", "bytes_moved", "floor_fraction", "repeatable", "differing_elements",
-        "schema_version")
+_VERDICT = ("reference_kind", "reference_model", "budget_source", "regressed", "baseline_value", "reason", "replay")
+_RUN = ("suite", "harness_version", "impl_spec", "impl_hash", "pair_seconds", "impl_seconds", "bytes_moved",
+        "floor_fraction", "repeatable", "differing_elements", "differing_index", "differing_first", "differing_later",
+        "repeat_error", "inputs_modified", "notes", "schema_version")
 
 STATUSES = ("pass", "fail", "error", "skip")
 # Text columns stay text when read back: a case id such as "060486302023" is not a number, and an
@@ -28,7 +32,8 @@ STATUSES = ("pass", "fail", "error", "skip")
 TEXT_COLUMNS = ("case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
                 "gate_dist", "output", "reference", "budget_metric", "status", "label", "regime", "act_dtype",
                 "out_dtype", "x_dist", "gamma_dist", "dy_dist", "worst_index", "worst_inputs", "budget_source",
-                "reason", "replay", "suite", "harness_version")
+                "reason", "replay", "suite", "harness_version", "fail_kind", "reference_kind", "reference_model",
+                "impl_spec", "impl_hash", "differing_index", "repeat_error", "inputs_modified", "notes")
 INT_COLUMNS = ("cr_mismatch", "certified", "uncertified", "count_over", "n_elements", "hidden", "tokens", "seed",
                "group_size", "differing_elements", "bytes_moved", "schema_version")
 REQUIRED = ("case_id", "impl", "output", "reference", "status")

@@ -17,7 +17,7 @@ SUMMARY_COLUMNS = KEYS + ["checks", "fail", "error", "skip", "metric", "worst", 
 ORDER = {"out_dtype": ["fp32", "bf16", "fp16"], "output": ["y", "dx", "dgate", "dweight"],
          "reference": ["exact"], "regime": ["normal", "extreme"]}
 TEXT = ("case_id", "impl", "output", "reference", "regime", "status", "budget_metric", "out_dtype", "label",
-        "reason", "replay", "rounding", "dtype")
+        "reason", "replay", "rounding", "dtype", "fail_kind", "reference_kind", "reference_model")
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:
@@ -48,6 +48,17 @@ def _numeric() -> set[str]:
     for m in registry().values():
         num |= {m.column} | ({m.mean_column} if m.mean_column else set())
     return num
+
+
+def gated(d: pd.DataFrame) -> pd.Series:
+    """The checks an implementation is judged by: against the exact value and against its declared
+    model (reference_model == rounding); `harness identify`'s checks against other models are not.
+    Rows without the reference's kind and model (an older results.csv) all count."""
+    if "reference_kind" not in d.columns or "reference_model" not in d.columns:
+        return pd.Series(True, index=d.index)
+    kind, model, own = (d[c].astype(object).where(d[c].notna(), "").astype(str)
+                        for c in ("reference_kind", "reference_model", "rounding"))
+    return (kind != "model") | (model == own) | (own == "")
 
 
 def worst_value(d: pd.DataFrame) -> pd.Series:

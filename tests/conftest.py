@@ -92,3 +92,19 @@ def commit(repo: Path, files: dict[str, str], msg: str) -> str:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", msg)
     return git(repo, "rev-parse", "HEAD")
+
+
+def pair_result(case, impl, settings=None, isolate="inline"):
+    """One pair through the pipeline (inline by default: the unit tests' pairs need no worker)."""
+    from harness.pipeline.drive import Pipeline
+    from harness.pipeline.settings import Settings
+    pipe = Pipeline(settings or Settings("cpu", repeats=0), isolate)
+    try:
+        return pipe.run(case, impl)
+    finally:
+        pipe.close()
+
+
+def pair_rows(case, impl, settings=None, isolate="inline") -> list[dict]:
+    from harness.analysis.check import rows
+    return rows(pair_result(case, impl, settings, isolate))

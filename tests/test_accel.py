@@ -2,7 +2,7 @@
 graph of the very same closed forms, the compiled undecided mask (bit for bit), the hand-written
 Triton kernel (within float64_error_bound * gauge, NaN where eager's is NaN; on CUDA compiled, on a
 CPU with Triton in its interpreter, else skipped), the dispatch and its fallbacks; and where a
-case's references are built (harness.pair.analysis_device) — the rows do not depend on it."""
+case's references are built (harness.pipeline.settings.analysis_device) — the rows do not depend on it."""
 from __future__ import annotations
 
 import os
@@ -14,15 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import harness.pair as pair
-from harness.analysis.check import check
-from harness.execute import run_impl
+import harness.pipeline.judge as judge
+import harness.pipeline.settings as settings
 from harness.impls.registry import resolve
 from harness.references import accel
 from harness.references.accel import triton_regs
 from harness.references.exact import Inputs, exact_outputs, float64_error_bound
 from harness.references.formats import fmt_of, round_to, undecided
-from tests.conftest import make_case, make_inputs
+from tests.conftest import make_case, make_inputs, pair_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,17 +145,18 @@ def test_auto_backend_runs_the_triton_kernel_where_it_fits(monkeypatch):
     ((4, 19), "cuda", "cpu"), ((512, 511), "cuda", "cpu"), ((512, 512), "cuda", "cuda"),
     ((8192, 4096), "cuda", "cuda"), ((4, 19), "cpu", "cpu"), ((8192, 4096), "cpu", "cpu")])
 def test_analysis_device_small_cuda_cases_on_the_cpu(shape, device, want):
-    assert pair.analysis_device(make_case(shape=tuple(shape)), device) == want
+    assert settings.analysis_device(make_case(shape=tuple(shape)), device) == want
 
 
 @pytest.mark.parametrize("golden", [False, True])
-def test_case_inputs_puts_references_where_analysis_runs(monkeypatch, tmp_path, golden):
+def test_the_judge_puts_references_where_analysis_runs(monkeypatch, tmp_path, golden):
     case = make_case(shape=(4, 19))
     seen = []
-    monkeypatch.setattr(pair, "analysis_device", lambda c, d: seen.append((c.case_id, d)) or "cpu")
-    inp, refs = pair.case_inputs(case, "x", pair.Settings("meta", golden_dir=tmp_path if golden else None))
+    monkeypatch.setattr(judge, "analysis_device", lambda c, d: seen.append((c.case_id, d)) or "cpu")
+    refs = judge.Judge(settings.Settings("meta", golden_dir=tmp_path if golden else None)).references(
+        case, resolve("torch"))
     assert seen == [(case.case_id, "meta")]
-    assert inp.x.device.type == "meta" and refs.values["y"].device.type == "cpu"
+    assert refs.values["y"].device.type == "cpu"
     assert bool(list(tmp_path.glob("*.npz"))) == golden
 
 
@@ -167,10 +167,8 @@ def test_rows_same_whether_analysed_on_cpu_or_cuda(monkeypatch, impl_name):
     case = make_case(shape=(16, 96), dtype="bf16")
     results = {}
     for below in (1 << 30, 0):                        # all on the CPU; all on the GPU
-        monkeypatch.setattr(pair, "ANALYSIS_ON_CPU_BELOW", below)
-        inp, refs = pair.case_inputs(case, impl.act_follows, pair.Settings("cuda"))
-        outcome = run_impl(impl, inp, inp.x.dtype, "cuda")
-        results[below] = check(case, impl, "cuda", refs, outcome)
+        monkeypatch.setattr(settings, "ANALYSIS_ON_CPU_BELOW", below)
+        results[below] = pair_rows(case, impl, settings.Settings("cuda", repeats=0))
     a, b = results[1 << 30], results[0]
     assert [r["status"] for r in a] == [r["status"] for r in b] and len(a) == 8
     for ra, rb in zip(a, b):

@@ -93,7 +93,7 @@ def _expected(dtype, impl, xr, gr, dy):
                 ref = du if o == "dn" else dt
             c = {"y": y, "dgate": dgate, "dn": dn[None, :]}[o][:, sel]
             budget = E.budget_for(o, regime, fmt)
-            cmp = compare(c, ref.v, ref.v, ref.g, fmt, METRIC[o], budget, o, "exact")
+            cmp = compare(c, ref.v, ref.v, ref.g, fmt, METRIC[o], budget)
             golden = round_to(ref.v, fmt)
             und = undecided(ref.v, F64_BOUND[o] * ref.g, fmt)
             if bool(und.any()):

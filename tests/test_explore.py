@@ -17,7 +17,8 @@ from harness.explore import explore, format_exploration
 from harness.impls.base import from_factory
 from harness.impls.registry import resolve
 from harness.impls.torch_ref import GatedRMSNorm
-from harness.pair import PairRunner, Settings
+from harness.pipeline.settings import Settings
+from tests.conftest import pair_rows
 
 
 def print_exploration(e) -> int:
@@ -63,10 +64,9 @@ def test_explore_finds_and_shrinks(tmp_path, capsys):
     df = pd.read_csv(tmp_path / "results.csv", dtype={"case_id": str})
     assert set(df["case_id"]) == {case.case_id} and (df["status"] == "fail").any()
     # the pasted entry still fails, and a narrow row of the same case does not
-    runner = PairRunner(Settings("cpu", repeats=0))
-    assert any(r["status"] != "pass" for r in runner.run(case, impl)[0])
+    assert any(r["status"] != "pass" for r in pair_rows(case, impl))
     narrow = Case(**{**case.params(), "shape": (*case.shape[:-1], 40)})
-    assert all(r["status"] in ("pass", "skip") for r in runner.run(narrow, impl)[0])
+    assert all(r["status"] in ("pass", "skip") for r in pair_rows(narrow, impl))
     assert "# replay: harness replay " + case.case_id in out
 
 

@@ -59,12 +59,12 @@ def test_verdict_logic_on_hand_made_rows():
     for model, ok_y, ok_dx in (("chain", True, False), ("fused", False, True)):
         for out, ok in (("y", ok_y), ("dx", ok_dx)):
             rows.append({"impl": "k", "out_dtype": "bf16", "output": out, "reference": f"model:{model}",
-                         "status": "pass" if ok else "fail"})
+                         "reference_kind": "model", "reference_model": model, "status": "pass" if ok else "fail"})
     df = pd.DataFrame(rows)
     whole, none = realised(model_fits(df))
     assert whole == [] and none == []                       # each output fits one model, none fits all
-    code, lines = format_identify(df)
-    assert code == 1 and "no one model fits all" in lines[-1]
+    code, lines, verdicts = format_identify(df)
+    assert code == 1 and "no one model fits all" in lines[-1] and verdicts == lines[-1:]
     df2 = df.assign(status="pass")
-    code, lines = format_identify(df2)
+    code, lines, verdicts = format_identify(df2)
     assert code == 0 and lines[-1] == "k realises chain = fused (the models coincide on these cases)"

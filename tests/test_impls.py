@@ -12,15 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.cases.case import Case
-from tests.conftest import make_case
-from harness.cases.generate import generate
-from harness.analysis.check import check
+from tests.conftest import make_case, pair_rows
+from harness.analysis.check import rows
 from harness.references.errors import UsageError
-from harness.execute import run_impl
 from harness.impls import registry, te_adapter
 from harness.impls.base import Implementation
-from harness.pair import PairRunner, Settings
-from harness.references.bundle import build
+from harness.pipeline.settings import Settings
 from harness.references.exact import OUTPUTS
 
 _n = itertools.count()
@@ -42,15 +39,20 @@ def write_module(tmp_path, monkeypatch, body: str) -> str:
 
 
 def rows_for(impl: Implementation, case: Case, tmp_path=Path("/tmp")) -> list[dict]:
-    return PairRunner(Settings("cpu", repeats=0)).run(case, impl)[0]
+    return pair_rows(case, impl)
 
 
 def checked(impl: Implementation, case: Case):
-    act = case.weight_dtype if impl.act_follows == "weight" else case.dtype
-    inp = generate(case, impl.act_follows)
-    from harness.references.formats import fmt_of
-    outcome = run_impl(impl, inp, fmt_of(act).dtype, "cpu", impl.case_kwargs(case))
-    return outcome, check(case, impl, "cpu", build(inp), outcome)
+    """(the implementation side's record, the pair's rows)."""
+    from harness.pipeline.call import run_calls
+    from harness.pipeline.judge import Judge
+    s = Settings("cpu", repeats=0)
+    rec = run_calls(case, impl, s)
+    return rec, rows(Judge(s).judge(case, impl, rec))
+
+
+def problems(rec) -> dict:
+    return {k: f.text for k, f in rec.problems.items()}
 
 
 # ---------------------------------------------------------------- plug-in loading
@@ -114,8 +116,8 @@ def test_duplicate_names():
 def test_factory_raises(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, "def make(h, **kw):\n    raise ValueError('no such size')\n")
     impl = registry.load_plugin(f"p={mod}:make")
-    outcome, rows = checked(impl, make_case())
-    assert outcome.error == "factory raised ValueError: no such size"
+    rec, rows = checked(impl, make_case())
+    assert rec.status == "error" and rec.text == "factory raised ValueError: no such size"
     assert len(rows) == 8 and {r["status"] for r in rows} == {"error"}
     assert {r["reason"] for r in rows} == {"factory raised ValueError: no such size"}
 
@@ -129,8 +131,8 @@ def test_module_without_weight(tmp_path, monkeypatch):
         def make(h, **kw):
             return M()
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
-    assert outcome.error == "module has no `weight` parameter"
+    rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
+    assert rec.status == "error" and rec.text == "module has no `weight` parameter"
     assert {r["status"] for r in rows} == {"error"}
 
 
@@ -146,8 +148,8 @@ def test_weight_wrong_shape(tmp_path, monkeypatch):
         def make(h, *, dtype, **kw):
             return M(h, dtype)
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
-    assert outcome.error == "weight shape (33,), expected (32,)"
+    rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
+    assert rec.status == "error" and rec.text == "weight shape (33,), expected (32,)"
 
 
 def test_raises_in_forward(tmp_path, monkeypatch):
@@ -159,8 +161,8 @@ def test_raises_in_forward(tmp_path, monkeypatch):
         def make(h, *, eps, zero_centered_gamma, dtype, device):
             return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
-    assert outcome.error == "forward/backward raised RuntimeError: kernel launch failed"
+    rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
+    assert rec.status == "error" and rec.text == "forward/backward raised RuntimeError: kernel launch failed"
     assert {r["status"] for r in rows} == {"error"}
 
 
@@ -179,9 +181,9 @@ def make(h, *, eps, zero_centered_gamma, dtype, device):
 def test_wrong_dgate_dtype_is_a_fail_row(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, GATE_CAST)
     case = make_case(gate_dtype="fp32")
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), case)
-    assert outcome.error is None
-    assert outcome.problems == {"dgate": "dgate dtype bfloat16, expected float32"}
+    rec, rows = checked(registry.load_plugin(f"p={mod}:make"), case)
+    assert rec.status == "ran"
+    assert problems(rec) == {"dgate": "dgate dtype bfloat16, expected float32"}
     dg = [r for r in rows if r["output"] == "dgate"]
     assert len(dg) == 2 and all(r["status"] == "fail" for r in dg)
     assert {r["reason"] for r in dg} == {"dgate dtype bfloat16, expected float32"}
@@ -199,10 +201,10 @@ def test_wrong_y_dtype_is_a_fail_row(tmp_path, monkeypatch):
         def make(h, *, eps, zero_centered_gamma, dtype, device):
             return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
-    assert outcome.problems == {"y": "y dtype float32, expected bfloat16"}
+    rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
+    assert problems(rec) == {"y": "y dtype float32, expected bfloat16"}
     y = [r for r in rows if r["output"] == "y"]
-    assert {r["status"] for r in y} == {"fail"} and {r["reason"] for r in y} == {outcome.problems["y"]}
+    assert {r["status"] for r in y} == {"fail"} and {r["reason"] for r in y} == {problems(rec)["y"]}
 
 
 def test_missing_gradient_is_a_fail_row(tmp_path, monkeypatch):
@@ -218,8 +220,8 @@ def test_missing_gradient_is_a_fail_row(tmp_path, monkeypatch):
         def make(h, *, dtype, **kw):
             return M(h, dtype)
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
-    assert outcome.problems["dweight"] == "gradient missing (None)"
+    rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
+    assert problems(rec)["dweight"] == "gradient missing (None)"
     dw = [r for r in rows if r["output"] == "dweight"]
     assert {r["status"] for r in dw} == {"fail"}
 
@@ -238,15 +240,14 @@ def make(h, *, eps, zero_centered_gamma, dtype, device):
 def test_wrong_y_shape_outcome(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, WRONG_SHAPE)
     impl = registry.load_plugin(f"p={mod}:make")
-    inp = generate(make_case())
-    outcome = run_impl(impl, inp, torch.bfloat16, "cpu")
-    assert outcome.error is None
-    assert set(outcome.problems.values()) == {"y shape (128,), expected (4, 32)"} and len(outcome.problems) == 4
+    rec, _ = checked(impl, make_case())
+    assert rec.status == "ran"
+    assert set(problems(rec).values()) == {"y shape (128,), expected (4, 32)"} and len(rec.problems) == 4
 
 
 def test_wrong_y_shape_gives_fail_rows(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, WRONG_SHAPE)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
+    rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
     assert len(rows) == 8 and {r["status"] for r in rows} == {"fail"}
     assert {r["reason"] for r in rows} == {"y shape (128,), expected (4, 32)"}
 
@@ -264,7 +265,7 @@ def test_nan_output_where_reference_finite_fails(tmp_path, monkeypatch):
         def make(h, *, eps, zero_centered_gamma, dtype, device):
             return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
     """)
-    outcome, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
+    rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
     y = [r for r in rows if r["output"] == "y"]
     assert len(y) == 2
     for r in y:
@@ -348,9 +349,9 @@ def test_te_adapter_against_standin_passes(case):
                           dtype=getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[case.weight_dtype]),
                           device="cpu")
     assert isinstance(module.weight, nn.Parameter) and module.weight.shape == (case.hidden,)
-    outcome, rows = checked(impl, case)
-    assert outcome.error is None and outcome.problems == {}
-    assert outcome.outputs["y"].dtype == module.weight.dtype
+    rec, rows = checked(impl, case)
+    assert rec.status == "ran" and rec.problems == {}
+    assert rec.outputs["y"].dtype == module.weight.dtype
     assert len(rows) == 8
     assert {r["reference"] for r in rows} == {"exact", "model:chain"}
     assert all(r["act_dtype"] == case.weight_dtype for r in rows)

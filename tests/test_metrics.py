@@ -11,6 +11,7 @@ import torch
 from types import SimpleNamespace
 
 from harness.analysis.compare import compare
+from harness.analysis.explain import reason
 from harness.references.formats import fmt_of
 from harness.references.metrics import Metric, distance, reduce, registry
 
@@ -220,9 +221,11 @@ def test_nan_against_a_nan_reference_never_passes():
     f = fmt_of("bf16")
     c = torch.tensor([1.0, NAN], dtype=torch.bfloat16)
     ref = torch.tensor([1.0, NAN], dtype=torch.float64)
-    r = compare(c, ref, ref, ref.abs(), f, "ulp", 0.5, "y")
+    r = compare(c, ref, ref, ref.abs(), f, "ulp", 0.5)
     assert r.errors["ulp"].tolist() == [0.0, 0.0]
-    assert r.status == "fail" and "NaN" in r.reason and "[1]" in r.reason
+    assert r.status == "fail" and r.finding.kind == "nan_reference" and r.finding.index == (1,)
+    text = reason("y", "exact", r.finding)
+    assert "NaN" in text and "[1]" in text and "never passes" in text
 
 
 def test_non_finite_output_fails_where_the_reference_is_finite():
@@ -232,7 +235,7 @@ def test_non_finite_output_fails_where_the_reference_is_finite():
     assert compare(c, ref, ref, ref, f, "ulp", 0.5).status == "pass"
     ref2 = torch.tensor([1.0, 2.0], dtype=torch.float64)
     r = compare(c, ref2, ref2, ref2, f, "ulp", 1e30)
-    assert r.status == "fail" and "non-finite" in r.reason
+    assert r.status == "fail" and r.finding.kind == "non_finite" and "non-finite" in reason("y", "exact", r.finding)
 
 
 def test_a_registered_metric_is_computed_gated_summarised_and_replayed(tmp_path):
@@ -259,7 +262,9 @@ def test_a_registered_metric_is_computed_gated_summarised_and_replayed(tmp_path)
         row = s[(s["output"] == "y") & s["reference"].str.startswith("model")].iloc[0]
         assert row["metric"] == "toy" and row["worst"] == y["max_toy_err"]
         case = load_suite(str(suite)).cases[0]
-        text = format_replay(run_case(case, resolve("torch-fused"), "cpu", 1, load_budget_file(str(budgets))))
+        # in this process: the metric registered here exists in no worker
+        text = format_replay(run_case(case, resolve("torch-fused"), "cpu", 1, load_budget_file(str(budgets)),
+                                      isolate="inline"))
         assert "toy=" in text
     finally:
         metrics._REGISTRY.pop(toy.name)

@@ -147,12 +147,12 @@ def test_a_subnormal_mid_is_allowed_in_what_the_backward_reuses():
     dweight, which reuses the rounded h (eager torch: 24.5 scaled over a budget of 3 at [7])."""
     from harness.cases.generate import generate
     from harness.impls.registry import resolve as resolve_impl
-    from harness.pair import PairRunner, Settings
+    from tests.conftest import pair_rows
     case = make_case(dtype="fp16", gate_dtype="fp16", weight_dtype="fp16", shape=(11,), norm_before_gate=False,
                      gate_dist="tiny")
     lo, hi = exact_allowance(generate(case), "chain", fmt_of("fp16"))["dweight"]
     assert (hi - lo)[7] > 0
-    rows, _ = PairRunner(Settings("cpu", repeats=0)).run(case, resolve_impl("torch"))
+    rows = pair_rows(case, resolve_impl("torch"))
     assert {(r["output"], r["reference"], r["status"]) for r in rows if r["status"] != "pass"} == set()
 
 
@@ -161,10 +161,10 @@ def test_a_subnormal_normalised_value(impl):
     """Found by hypothesis: fp32 x among the subnormals makes uhat = x r a float32 subnormal, whose
     lost half quantum the gamma and SiLU products then multiply (y 70 ULP outside before)."""
     from harness.impls.registry import resolve as resolve_impl
-    from harness.pair import PairRunner, Settings
+    from tests.conftest import pair_rows
     case = make_case(dtype="fp32", gate_dtype="fp32", weight_dtype="fp32", shape=(22, 83), eps=0.3,
                      x_dist="subnormal", gate_dist="large_positive", gamma_dist="outlier")
-    rows, _ = PairRunner(Settings("cpu", repeats=0)).run(case, resolve_impl(impl))
+    rows = pair_rows(case, resolve_impl(impl))
     assert [r["reason"] for r in rows if r["status"] != "pass"] == []
 
 
@@ -173,10 +173,10 @@ def test_a_model_that_overflows_is_named():
     chain's rounding of dh gives -inf (found by hypothesis). Both checks fail; the model check says
     the model overflows, not only that its reference is NaN."""
     from harness.impls.registry import resolve as resolve_impl
-    from harness.pair import PairRunner, Settings
+    from tests.conftest import pair_rows
     case = make_case(dtype="fp16", gate_dtype="fp16", weight_dtype="fp16", shape=(6, 1), eps=1e-6,
                      gate_dist="saturating", gamma_dist="outlier", norm_before_gate=False)
-    rows, _ = PairRunner(Settings("cpu", repeats=0)).run(case, resolve_impl("torch"))
+    rows = pair_rows(case, resolve_impl("torch"))
     bad = {(r["output"], r["reference"]): r["reason"] for r in rows if r["status"] != "pass"}
     assert bad[("dx", "exact")].startswith("dx non-finite")
     assert "model:chain overflows there" in bad[("dx", "model:chain")]
@@ -188,10 +188,10 @@ def test_zero_centred_gamma_formed_in_float32():
     point's rounding either neighbour can show; eager torch-xhat's y was 0.5001 ULP from a model
     that took 1 + w as exact."""
     from harness.impls.registry import resolve as resolve_impl
-    from harness.pair import PairRunner, Settings
+    from tests.conftest import pair_rows
     case = make_case(dtype="fp16", gate_dtype="fp32", weight_dtype="fp32", shape=(2, 9, 207), zero_centered_gamma=True,
                      norm_before_gate=False, seed=67, dy_dist="ones")
-    rows, _ = PairRunner(Settings("cpu", repeats=0)).run(case, resolve_impl("torch-xhat"))
+    rows = pair_rows(case, resolve_impl("torch-xhat"))
     assert [r["reason"] for r in rows if r["status"] != "pass"] == []
 
 

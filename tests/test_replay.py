@@ -86,11 +86,11 @@ def test_replay_structured_matches_recorded(recorded):
     row = df[(df["status"] == "fail") & (df["output"] == "y")].iloc[0]
     case = find_case(row["case_id"], str(out))
     r = run_case(case, resolve(BUG), "cpu", top=1)
-    k = next(k for k, rw in enumerate(r.rows) if rw["output"] == "y" and rw["reference"] == row["reference"])
-    e = r.elements[k][0]
+    c = next(c for c in r.result.checks if c.output == "y" and c.reference.label == row["reference"])
+    e = c.measured.elements[0]
     assert ",".join(map(str, e.index)) == str(row["worst_index"])
     assert e.got_hex == _expected_bits(row)
-    assert r.rows[k]["status"] == "fail"
+    assert c.status == "fail" and c.fail_kind == "over_budget"
 
 
 def test_replay_of_a_case_given_as_json(capsys, recorded):

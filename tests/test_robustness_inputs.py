@@ -185,9 +185,10 @@ def test_csv_reads_keep_names_as_text(tmp_path):
 # ---------------------------------------------------------------------- 9: NaN against a NaN reference
 
 def test_nan_against_a_nan_reference_fails(inputs_factory):
-    from harness.analysis.check import check
-    from harness.execute import run_impl
+    from harness.analysis.check import checks, rows
+    from harness.analysis.result import PairResult
     from harness.impls.registry import resolve
+    from harness.pipeline.call import first_call, make_module
     from harness.references.bundle import build
     from tests.conftest import make_case
     inp = inputs_factory((2, 16))
@@ -195,10 +196,11 @@ def test_nan_against_a_nan_reference_fails(inputs_factory):
     x[0, 3] = float("nan")
     inp = replace(inp, x=x)
     impl = resolve("torch")
-    outcome = run_impl(impl, inp, torch.bfloat16, "cpu")
-    assert all(bool(t.isnan().any()) for t in outcome.outputs.values())
-    rows = check(make_case(shape=(2, 16)), impl, "cpu", build(inp, "auto"), outcome)
-    assert len(rows) == 8
-    for r in rows:
-        assert r["status"] == "fail", r
+    outputs, problems, _ = first_call(*make_module(impl, inp, "cpu", {}), inp, torch.bfloat16, "cpu")
+    assert not problems and all(bool(t.isnan().any()) for t in outputs.values())
+    case = make_case(shape=(2, 16))
+    got = rows(PairResult(case, impl, "cpu", "bf16", checks(case, impl, build(inp, "auto"), outputs, {}, {})))
+    assert len(got) == 8
+    for r in got:
+        assert r["status"] == "fail" and r["fail_kind"] == "nan_reference", r
         assert "reference is NaN" in r["reason"] and "never passes" in r["reason"]

@@ -1,5 +1,6 @@
-"""The sweep's parts (harness/runner.py, harness/worker.py, reports/rundir.py) one at a time: the
-split over workers, re-gating on resume, what resume keeps, the worker protocol, the lock."""
+"""The sweep's parts (harness/runner.py, harness/resume.py, harness/worker.py, reports/rundir.py) one
+at a time: the split over workers, re-gating on resume, what resume keeps, the worker protocol, the
+lock."""
 from __future__ import annotations
 
 import math
@@ -14,13 +15,15 @@ import pytest
 
 from harness.cases.suite import load_suite
 from harness.impls.registry import resolve
-from harness.pair import PairRunner, Settings
+from harness.impls.source import source_hash
+from harness.pipeline.settings import Settings
 from harness.references.errors import UsageError
 from harness.reports.rundir import PAIR_TIMING, RunDir, read_results
-from harness.runner import Sweep, compile_key, expected_checks, regate, resume_rows, shard
+from harness.resume import expected_checks, regate, resume_rows
+from harness.runner import Sweep, compile_key, shard
 from harness.worker import worker_env
 from harness.worker import describe_exit
-from tests.conftest import make_case, running
+from tests.conftest import make_case, pair_rows, running
 
 HEADER = "impl,rounding,dtype,output,reference,regime,metric,budget\n"
 
@@ -56,8 +59,7 @@ def _rows(budgets=(), path="", case=None, impl="torch", repeats=0):
     """One measured pair's rows, in process."""
     case = case or make_case(shape=(4, 32))
     s = Settings("cpu", tuple(budgets), path, repeats=repeats)
-    rows, _ = PairRunner(s).run(case, resolve(impl))
-    return case, pd.DataFrame(rows)
+    return case, pd.DataFrame(pair_rows(case, resolve(impl), s))
 
 
 def _tight(tmp_path):
@@ -86,30 +88,37 @@ def test_regate_follows_the_current_budgets_both_ways(tmp_path):
 
 
 def test_regate_keeps_what_is_not_about_a_budget():
+    """The fail_kind column decides what is re-gated; the words are never read back."""
     case, df = _rows()
     df = df.copy()
-    df.loc[0, ["status", "reason"]] = ["fail", "y reference is NaN at [0,0]: a NaN never passes"]
-    df.loc[1, ["status", "reason"]] = ["fail", "y non-finite (nan) where the reference is finite"]
-    df.loc[2, ["status", "reason"]] = ["fail", "gradient missing (None)"]
-    df.loc[3, ["status", "reason"]] = ["error", "timed out after 5 s (--timeout); the worker was killed"]
-    df.loc[4, ["status", "reason"]] = ["skip", "not supported"]
-    df.loc[5, ["status", "reason"]] = ["fail", "regressed: 0.4 vs baseline 0.1 (threshold 0.2)"]
+    for k, (status, kind, why) in enumerate([
+            ("fail", "nan_reference", "y reference is NaN at [0,0]: a NaN never passes"),
+            ("fail", "non_finite", "y non-finite (nan) at [0,0] where the reference is finite"),
+            ("fail", "contract", "gradient missing (None)"),
+            ("error", "error", "timed out after 5 s (--timeout); the worker was killed"),
+            ("skip", "skip", "not supported"),
+            ("fail", "regressed", "regressed: 0.4 vs baseline 0.1 (threshold 0.2)"),
+            ("fail", "contract", "y ulp error 9 > budget 0.5 at [0] vs exact"),    # worded like a budget fail
+            ("pass", "", "y reference is NaN: words that are not the verdict")]):
+        df.loc[k, ["status", "fail_kind", "reason"]] = [status, kind, why]
     out = regate(df, {case.case_id: case}, {"torch": resolve("torch")}, Settings("cpu"))
-    assert out["status"].tolist()[:6] == ["fail", "fail", "fail", "error", "skip", "pass"]
-    assert out["reason"].tolist()[:5] == df["reason"].tolist()[:5]
+    assert out["status"].tolist() == ["fail", "fail", "fail", "error", "skip", "pass", "fail", "pass"]
+    assert out["fail_kind"].tolist() == ["nan_reference", "non_finite", "contract", "error", "skip", "", "contract", ""]
+    assert out["reason"].tolist()[:5] == df["reason"].tolist()[:5] and out["reason"].tolist()[5::2] == ["", ""]
 
 
-def test_regate_applies_require_repeatable():
+def test_regate_applies_the_repeatability_policy():
     case, df = _rows()
     df = df.copy()
     df["repeatable"], df["differing_elements"] = True, 0
-    df.loc[0, ["repeatable", "differing_elements"]] = [False, 3]
-    s = Settings("cpu", require_repeatable=True)
-    out = regate(df, {case.case_id: case}, {"torch": resolve("torch")}, s)
-    assert out.loc[0, "status"] == "fail" and "3 elements differ" in out.loc[0, "reason"]
+    df.loc[0, ["repeatable", "differing_elements", "differing_index", "differing_first", "differing_later"]] = \
+        [False, 3, "1,2", 0.5, 0.25]
+    out = regate(df, {case.case_id: case}, {"torch": resolve("torch")}, Settings("cpu"))
+    assert out.loc[0, "status"] == "fail" and out.loc[0, "fail_kind"] == "not_repeatable"
+    assert "3 elements differ" in out.loc[0, "reason"] and "[1,2]: 0.5, then 0.25" in out.loc[0, "reason"]
     assert (out["status"][1:] == "pass").all()
-    again = regate(out, {case.case_id: case}, {"torch": resolve("torch")}, Settings("cpu"))
-    assert (again["status"] == "pass").all()
+    again = regate(out, {case.case_id: case}, {"torch": resolve("torch")}, Settings("cpu", allow_nondeterministic=True))
+    assert (again["status"] == "pass").all() and (again["fail_kind"] == "").all()
 
 
 # ------------------------------------------------------------------------------ resume
@@ -117,14 +126,15 @@ def test_regate_applies_require_repeatable():
 def _sweep(tmp_path, impls=("torch",), cases=None, device="cpu", budgets=(), path=""):
     cases = cases or [make_case(shape=(4, 32)), make_case(shape=(2, 16), dtype="fp32", gate_dtype="fp32",
                                                            weight_dtype="fp32")]
-    return Sweep(list(cases), [resolve(i) for i in impls], Settings(device, tuple(budgets), path), RunDir(tmp_path))
+    impls = [resolve(i) for i in impls]
+    s = Settings(device, tuple(budgets), path, impl_hashes={i.name: source_hash(i) for i in impls})
+    return Sweep(list(cases), impls, s, RunDir(tmp_path))
 
 
 def _write_pairs(rd, sweep):
-    runner = PairRunner(sweep.settings)
     for c in sweep.cases:
         for i in sweep.impls:
-            rows, _ = runner.run(c, i)
+            rows = pair_rows(c, i, sweep.settings)
             rd.append_pair(rows)
             rd.append_csv_row(PAIR_TIMING, {"case_id": c.case_id, "impl": i.name}, ["case_id", "impl"])
 
@@ -162,6 +172,22 @@ def test_resume_drops_other_impls_cases_devices_and_duplicates(tmp_path):
     assert len(resume_rows(mine)) == 0 and not sw.rundir.results.exists()
 
 
+def test_resume_keys_on_what_ran(tmp_path):
+    """A pair is kept only for the --impl text and the source hash that produced it."""
+    from dataclasses import replace
+    sw = _sweep(tmp_path, impls=("torch", "torch-fused"))
+    _write_pairs(sw.rundir, sw)
+    assert len(resume_rows(sw)) == 2 * 2 * 8
+    changed = replace(sw, settings=replace(sw.settings, impl_hashes={**sw.settings.impl_hashes, "torch": "0" * 16}))
+    kept = resume_rows(changed)
+    assert set(kept["impl"]) == {"torch-fused"} and len(kept) == 2 * 8
+    other = replace(sw, impls=[replace(sw.impls[1], spec="torch-fused=harness.impls.torch_ref:fused")])
+    assert len(resume_rows(other)) == 0                # another --impl text under the same name
+    _write_pairs(sw.rundir, sw)
+    unknown = replace(sw, settings=replace(sw.settings, impl_hashes={}))
+    assert len(resume_rows(unknown)) == 0              # a source that cannot be hashed always reruns
+
+
 def test_resume_refuses_a_foreign_results_file_with_one_line(tmp_path):
     sw = _sweep(tmp_path)
     sw.rundir.results.write_text("a,b\n1,2\n")
@@ -185,29 +211,30 @@ def test_describe_exit():
 
 
 def test_worker_dies_with_its_parent(tmp_path):
-    """A process that starts a worker and is then killed with SIGKILL takes the worker with it."""
+    """A process that starts a worker and is then killed with SIGKILL takes the worker with it,
+    and the worker its judge."""
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
-        "from harness.pair import Settings\n"
+        "from harness.pipeline.settings import Settings\n"
         "from harness.worker import Worker\n"
         "w = Worker(Settings('cpu'))\n"
         "assert w.start() is None\n"
-        "print(w.pid, flush=True)\n"
+        "print(w.pid, w.p.judge_pid, flush=True)\n"
         "time.sleep(600)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1])]
                                                       + [os.environ.get("PYTHONPATH", "")]))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
-        pid = int(p.stdout.readline())
-        assert running(pid)
+        pid, judge = map(int, p.stdout.readline().split())
+        assert running(pid) and running(judge) and judge != pid
         p.kill()
         p.wait()
         import time
         end = time.time() + 15
-        while running(pid) and time.time() < end:
+        while (running(pid) or running(judge)) and time.time() < end:
             time.sleep(0.1)
-        assert not running(pid)
+        assert not running(pid) and not running(judge)
     finally:
         if p.poll() is None:
             p.kill()
@@ -254,11 +281,11 @@ def test_a_prespawned_worker_is_taken_and_spares_are_dropped():
     from harness import worker as W
     env = W.sweep_envs(1, None)[0]
     W.prespawn([env, env])
-    pids = [p.pid for _, p, _ in W._SPARE]
+    pids = [p.pid for _, p in W._SPARE]
     try:
         w = W.Worker(Settings("cpu"), env)
         assert w.start() is None and w.pid in pids             # a spare, not a new process
-        w.close()
+        w.stop()
     finally:
         W.drop_spares()
     assert not W._SPARE and not any(running(p) for p in pids)

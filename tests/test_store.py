@@ -308,16 +308,17 @@ def test_never_unpickles():
 def test_runner_uses_store(tmp_path):
     from harness.cases.suite import load_suite
     from harness.impls.registry import resolve
-    from harness.pair import PairRunner, Settings
+    from harness.pipeline.settings import Settings
+    from tests.conftest import pair_rows
 
     cases = sorted(load_suite("quick").cases, key=lambda c: (c.gate_dtype == c.dtype, c.tokens * c.hidden))[:1]
     impl = resolve("torch")
     strip = lambda rs: [sorted((k, repr(v)) for k, v in r.items() if k not in ("pair_seconds", "impl_seconds"))
                         for r in rs]   # NaN-safe; times differ
-    rows = PairRunner(Settings("cpu", golden_dir=tmp_path / "golden", repeats=0)).run(cases[0], impl)[0]
+    rows = pair_rows(cases[0], impl, Settings("cpu", golden_dir=tmp_path / "golden", repeats=0))
     files = list((tmp_path / "golden").glob("*.npz"))
     assert len(files) == 1
-    rows2 = PairRunner(Settings("cpu", golden_dir=tmp_path / "golden", repeats=0)).run(cases[0], impl)[0]
-    rows3 = PairRunner(Settings("cpu", repeats=0)).run(cases[0], impl)[0]
+    rows2 = pair_rows(cases[0], impl, Settings("cpu", golden_dir=tmp_path / "golden", repeats=0))
+    rows3 = pair_rows(cases[0], impl)
     assert all(r["status"] == "pass" for r in rows), [r.get("reason") for r in rows]
     assert strip(rows) == strip(rows2) == strip(rows3)

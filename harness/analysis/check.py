@@ -1,21 +1,29 @@
-"""The result rows of one (case, implementation) pair: one per (output, reference), in the
-results.csv schema (harness.reports.schema). Returns data; formatting belongs to the reports."""
+"""The checks of one (case, implementation) pair, typed (harness.analysis.result): one per (output,
+reference), each compared (compare), budgeted and, where it fails, given a Finding; and the pair's
+rows in the results.csv schema (harness.reports.schema), their reasons worded by explain. Returns
+data; formatting belongs to the reports."""
 from __future__ import annotations
 
+import math
+
+import torch
+
 from harness.analysis.compare import compare
-from harness.analysis.explain import explain
+from harness.analysis.explain import explain, reason, worst_flats
+from harness.analysis.result import Check, Finding, Measurement, PairResult, Reference, Repeat
 from harness.budgets import default_budget, lookup
 from harness.cases.case import Case
 from harness.cases.generate import act_format
-from harness.execute import Outcome
 from harness.impls.base import Implementation
+from harness.references import package_version
 from harness.references.bundle import CaseReferences
 from harness.references.exact import OUTPUTS
 from harness.references.formats import fmt_of
-from harness.references.metrics import gated_metric, registry
+from harness.references.metrics import registry
 from harness.references.models import promoted_format
 
 REFERENCE_KINDS = ("exact", "model")
+VERSION = package_version()
 
 
 def base_row(case: Case, impl: Implementation, device: str, act_name: str) -> dict:
@@ -35,24 +43,23 @@ def out_format_name(case: Case, act_name: str, output: str) -> str:
     return {"y": act_name, "dx": case.dtype, "dgate": case.gate_dtype, "dweight": case.weight_dtype}[output]
 
 
-def references_of(impl: Implementation, models=()) -> list[tuple[str, object]]:
-    """(reference name, rounding model) of every check of a pair: the exact value, the declared
-    model, and the other models asked for (harness identify measures against every built-in)."""
+def references_of(impl: Implementation, models=()) -> list[Reference]:
+    """Every reference a pair is checked against: the exact value, the declared model, and the
+    other models asked for (harness identify measures against every built-in)."""
     from harness.references.models import resolve
-    out = [("exact", impl.rounding), (f"model:{impl.rounding.name}", impl.rounding)]
+    out = [Reference("exact", impl.rounding), Reference("model", impl.rounding)]
     for m in models:
         model = resolve(m)
         if model.name != impl.rounding.name:
-            out.append((f"model:{model.name}", model))
+            out.append(Reference("model", model))
     return out
 
 
-def status_rows(case, impl, device, act_name, status: str, reason: str, models=()) -> list[dict]:
-    """Rows carrying no measurement: `error` (the implementation raised, died, hung) or `skip`."""
-    return [{**base_row(case, impl, device, act_name), "output": out,
-             "out_dtype": out_format_name(case, act_name, out), "reference": ref,
-             "budget_metric": gated_metric(out, ref), "status": status, "reason": reason}
-            for out in OUTPUTS for ref, _ in references_of(impl, models)]
+def unmeasured(case: Case, impl: Implementation, act_name: str, status: str, text: str,
+               models=()) -> tuple[Check, ...]:
+    """Checks carrying no measurement: `error` (the implementation raised, died, hung) or `skip`."""
+    return tuple(Check(out, out_format_name(case, act_name, out), ref, None, status, Finding(status, text=text))
+                 for out in OUTPUTS for ref in references_of(impl, models))
 
 
 def budget_for(case: Case, impl: Implementation, out: str, kind: str, fmt, act, overrides, override_path):
@@ -62,61 +69,97 @@ def budget_for(case: Case, impl: Implementation, out: str, kind: str, fmt, act, 
                   override_path)
 
 
-def interval(refs: CaseReferences, reference: str, model, act, out: str):
-    """(lo, hi, gauge) of the reference a check measures against (`model`: its rounding model; the
-    exact value is widened by the model's absolute allowance)."""
-    return refs.exact_for(model, act, out) if reference == "exact" else refs.model(model, act, out)
+def interval(refs: CaseReferences, ref: Reference, act, out: str):
+    """(lo, hi, gauge) of the reference a check measures against (the exact value is widened by
+    the declared model's absolute allowance)."""
+    return refs.exact_for(ref.model, act, out) if ref.kind == "exact" else refs.model(ref.model, act, out)
 
 
-def check(case: Case, impl: Implementation, device: str, refs: CaseReferences, outcome: Outcome,
-          overrides=(), override_path: str = "", models=()) -> list[dict]:
+def repeat_finding(r: Repeat | None) -> Finding | None:
+    """Why an output fails for not repeating itself on the same inputs, or None."""
+    if r is None or not (r.count or r.error):
+        return None
+    if r.error:
+        return Finding("not_repeatable", text=f"a later call on the same inputs raised {r.error}")
+    return Finding("not_repeatable", r.index, r.first, r.later, count=r.count)
+
+
+def checks(case: Case, impl: Implementation, refs: CaseReferences, outputs: dict[str, torch.Tensor],
+           problems: dict[str, Finding], repeats: dict[str, Repeat], overrides=(), override_path: str = "",
+           models=(), allow_nondeterministic: bool = False, top: int = 1) -> tuple[Check, ...]:
+    """Every check of a pair whose implementation ran: `outputs` (the first call's, plain tensors),
+    `problems` (contract findings, per output), `repeats` (the later calls' differences). `top`:
+    elements explained per measured check (the worst first)."""
     act = act_format(case, impl.act_follows)
-    early = empty_outcome_rows(case, impl, device, act.name, outcome, models)
-    if early is not None:
-        return early
     inp = refs.inputs
     metrics = registry()
-    rows = []
+    out_checks = []
     for out in OUTPUTS:
         fmt = fmt_of(out_format_name(case, act.name, out))
-        for reference, model in references_of(impl, models):
-            kind = reference.split(":")[0]
-            budget = budget_for(case, impl, out, kind, fmt, act, overrides, override_path)
-            row = {**base_row(case, impl, device, act.name), "output": out, "out_dtype": fmt.name,
-                   "reference": reference, "budget_metric": budget.metric,
-                   "budget": budget.value, "budget_source": budget.source}
-            if out in outcome.problems:
-                rows.append({**row, "status": "fail", "reason": outcome.problems[out]})
+        for ref in references_of(impl, models):
+            budget = budget_for(case, impl, out, ref.kind, fmt, act, overrides, override_path)
+            if out in problems:
+                out_checks.append(Check(out, fmt.name, ref, budget, "fail", problems[out]))
                 continue
-            lo, hi, gauge = interval(refs, reference, model, act, out)
-            c = compare(outcome.outputs[out], lo, hi, gauge, fmt, budget.metric, budget.value, out, row["reference"],
-                        exact=refs.values[out] if kind == "model" else None)
+            lo, hi, gauge = interval(refs, ref, act, out)
+            c = compare(outputs[out], lo, hi, gauge, fmt, budget.metric, budget.value,
+                        exact=refs.values[out] if ref.kind == "model" else None)
             red = c.reduced
-            for name, m in metrics.items():
-                row[m.column] = red.maxima[name]
-                if m.mean_column:
-                    row[m.mean_column] = red.means[name]
-            worst = explain(c, inp, out, lo, hi, refs.values[out], None, [red.worst_flat], fmt.dtype)
-            if worst:
-                w = worst[0]
-                row.update(worst_index=",".join(map(str, w.index)), worst_got=w.got,
-                           worst_ref=float(c.distance.ref.reshape(-1)[red.worst_flat]), worst_inputs=w.inputs)
-            row.update(p99_ulp=red.p99_ulp, count_over=red.count_over, n_elements=c.distance.computed.numel())
-            if kind == "exact":
-                cert = refs.certified(out, fmt)
-                got = c.distance.computed
-                golden = cert.golden.to(got.device)
-                row.update(cr_mismatch=int((got != golden).sum() - (got.isnan() & golden.isnan()).sum()),
-                           certified=cert.certified, uncertified=cert.uncertified)
-            rows.append({**row, "status": c.status, "reason": c.reason})
-    return rows
+            golden = refs.certified(out, fmt)
+            elements = explain(c, inp, out, lo, hi, refs.values[out], golden.golden, worst_flats(c, max(top, 1)),
+                               fmt.dtype)
+            cert = {}
+            if ref.kind == "exact":
+                got, gold = c.distance.computed, golden.golden.to(c.distance.computed.device)
+                cert = dict(cr_mismatch=int((got != gold).sum() - (got.isnan() & gold.isnan()).sum()),
+                            certified=golden.certified, uncertified=golden.uncertified)
+            measured = Measurement({n: red.maxima[n] for n in metrics}, {n: red.means[n] for n in metrics},
+                                   red.worst_value, red.worst_index,
+                                   float(c.distance.ref.reshape(-1)[red.worst_flat]) if elements else math.nan,
+                                   red.p99_ulp, red.count_over, c.distance.computed.numel(), tuple(elements), **cert)
+            finding = c.finding
+            if finding is None and not allow_nondeterministic:
+                finding = repeat_finding(repeats.get(out))
+            out_checks.append(Check(out, fmt.name, ref, budget, "pass" if finding is None else "fail", finding,
+                                    measured, repeats.get(out)))
+    return tuple(out_checks)
 
 
-def empty_outcome_rows(case, impl, device, act_name, outcome: Outcome, models=()) -> list[dict] | None:
-    """Rows for an outcome that needs no references (a skip or an error), else None."""
-    if outcome.skip is not None:
-        return status_rows(case, impl, device, act_name, "skip", outcome.skip, models)
-    if outcome.error:
-        return status_rows(case, impl, device, act_name, "error", outcome.error, models)
-    return None
-
+def rows(r: PairResult) -> list[dict]:
+    """The pair's results.csv rows, one per check."""
+    base = base_row(r.case, r.impl, r.device, r.act_dtype)
+    base.update(replay=r.replay, suite=r.suite, harness_version=VERSION, impl_spec=r.impl_spec,
+                impl_hash=r.impl_hash, inputs_modified=",".join(r.inputs_modified), notes="; ".join(r.notes),
+                pair_seconds=r.pair_seconds)
+    metrics = registry()
+    out = []
+    for c in r.checks:
+        row = {**base, "output": c.output, "out_dtype": c.out_dtype, "reference": c.reference.label,
+               "reference_kind": c.reference.kind, "reference_model": c.reference.model_name,
+               "budget_metric": c.budget_metric, "status": c.status, "fail_kind": c.fail_kind,
+               "reason": reason(c.output, c.reference.label, c.finding)}
+        if c.budget is not None:
+            row.update(budget=c.budget.value, budget_source=c.budget.source)
+        m = c.measured
+        if m is not None:
+            for name, metric in metrics.items():
+                row[metric.column] = m.maxima[name]
+                if metric.mean_column:
+                    row[metric.mean_column] = m.means[name]
+            row.update(p99_ulp=m.p99_ulp, count_over=m.count_over, n_elements=m.n_elements)
+            if m.cr_mismatch is not None:
+                row.update(cr_mismatch=m.cr_mismatch, certified=m.certified, uncertified=m.uncertified)
+            if m.elements:
+                w = m.elements[0]
+                row.update(worst_index=",".join(map(str, w.index)), worst_got=w.got, worst_ref=m.worst_ref,
+                           worst_inputs=w.inputs)
+        if c.repeat is not None and c.status in ("pass", "fail"):
+            rp = c.repeat
+            row.update(repeatable=not (rp.count or rp.error), differing_elements=rp.count,
+                       differing_index=",".join(map(str, rp.index)), differing_first=rp.first,
+                       differing_later=rp.later, repeat_error=rp.error)
+        if r.speed is not None and c.status in ("pass", "fail"):
+            row.update(impl_seconds=r.speed.impl_seconds, bytes_moved=r.speed.bytes_moved,
+                       floor_fraction=r.speed.floor_fraction)
+        out.append(row)
+    return out

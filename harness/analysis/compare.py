@@ -1,6 +1,7 @@
 """Compare, the first half of every check (LLVM's compare_* / explain_* split): one output against
 one reference interval, every registered metric per element, reduced, and a verdict against the
-budget of the gated metric. Returns numbers; harness.analysis.explain turns a failure into words.
+budget of the gated metric. Returns numbers and, for a failure, a typed Finding;
+harness.analysis.explain words it.
 
 The verdict, in order: a NaN reference fails (a NaN never passes a precision check, whatever its
 counterpart); a non-finite output where the reference rounds to a finite value fails; the gated
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.analysis.result import Finding
 from harness.references.formats import Format, round_to
 from harness.references.metrics import Distance, Reduced, distance, reduce, registry
 
@@ -23,8 +25,11 @@ class Comparison:
     reduced: Reduced
     metric: str                         # the gated metric
     budget: float
-    status: str                         # "pass" or "fail"
-    reason: str
+    finding: Finding | None             # why it fails; None: within budget
+
+    @property
+    def status(self) -> str:
+        return "pass" if self.finding is None else "fail"
 
     def index(self, flat: int) -> tuple[int, ...]:
         return unravel(flat, self.distance.computed.shape)
@@ -35,35 +40,28 @@ def unravel(flat: int, shape) -> tuple[int, ...]:
 
 
 def compare(computed: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, gauge: torch.Tensor, fmt: Format,
-            metric: str, budget: float, output: str = "", reference: str = "",
-            exact: torch.Tensor | None = None) -> Comparison:
+            metric: str, budget: float, exact: torch.Tensor | None = None) -> Comparison:
     """`exact`: the exact values, given for a model reference — where that reference is NaN and the
     exact value finite, the model itself overflowed (an intermediate it rounds, such as chain's mid
-    or dmid in fp16, went past the format's range, and inf - inf followed), and the reason says so;
-    it still fails (a NaN never passes)."""
+    or dmid in fp16, went past the format's range, and inf - inf followed): the finding carries the
+    exact value, and explain says so. It still fails (a NaN never passes)."""
     computed = computed.to(lo.device)
     d = distance(computed, lo, hi, gauge, fmt)
     errors = {name: m.errors(d) for name, m in registry().items()}
     red = reduce(d, errors, metric, budget)
-    where = f" at [{','.join(map(str, red.worst_index))}] vs {reference}" if reference else ""
     nan_ref = torch.isnan(lo) | torch.isnan(hi)
-    status, reason = "pass", ""
+    finding = None
     if bool(nan_ref.any()):
         k = int(nan_ref.reshape(-1).nonzero()[0])
-        idx = ",".join(map(str, unravel(k, computed.shape)))
         v = math.nan if exact is None else float(exact.reshape(-1)[k])
-        why = "" if math.isnan(v) else (f"{reference} overflows there (an intermediate it rounds went past its "
-                                        f"format's range; the exact value is {v:.4g}), and ")
-        status, reason = "fail", f"{output} reference is NaN at [{idx}]: {why}a NaN never passes"
+        finding = Finding("nan_reference", unravel(k, computed.shape), other=v)
     else:
         nonfinite = ~torch.isfinite(d.computed)
         if bool(nonfinite.any()):                   # the roundings only where something is non-finite
             nonfinite &= torch.isfinite(round_to(lo, fmt)) & torch.isfinite(round_to(hi, fmt))
         if bool(nonfinite.any()):
             k = int(nonfinite.reshape(-1).nonzero()[0])
-            status = "fail"
-            reason = f"{output} non-finite ({float(d.computed.reshape(-1)[k])}) where the reference is finite"
+            finding = Finding("non_finite", unravel(k, computed.shape), value=float(d.computed.reshape(-1)[k]))
         elif math.isnan(red.worst_value) or not red.worst_value <= budget:
-            status = "fail"
-            reason = f"{output} {metric} error {red.worst_value:.4g} > budget {budget:.4g}{where}"
-    return Comparison(d, errors, red, metric, budget, status, reason)
+            finding = Finding("over_budget", red.worst_index, value=red.worst_value, limit=budget, metric=metric)
+    return Comparison(d, errors, red, metric, budget, finding)

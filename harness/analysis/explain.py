@@ -1,15 +1,17 @@
 """Explain, the second half of a check: the record of one element of a comparison, down to the bit —
 its inputs (decimal and hex), what the implementation computed, the exact value, the certified
-correctly rounded value, the reference interval, and every metric. Built only where asked for (a
-check's worst element; `harness replay`'s top elements), returned as data for the reports and the
-CLI to format."""
+correctly rounded value, the reference interval, and every metric — built only where asked for (a
+check's worst element; `harness replay`'s top elements), returned as data; and `reason`, the one
+place a check's typed Finding becomes the words results.csv, the CLI and the reports show. Words
+are made here and only read by people: the verdict lives in the typed fields."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 
 import torch
 
 from harness.analysis.compare import Comparison, unravel
+from harness.analysis.result import ElementRecord, Finding
 from harness.references.exact import Inputs
 from harness.references.formats import bits_hex
 
@@ -25,20 +27,6 @@ def element_inputs(inp: Inputs, output: str, index: tuple[int, ...]) -> str:
         return f"w[{j}]={_value(inp.weight[j])}"
     return (f"x[{','.join(map(str, index))}]={_value(inp.x[index])} gate={_value(inp.gate[index])} "
             f"w[{index[-1]}]={_value(inp.weight[index[-1]])} dy={_value(inp.dy[index])}")
-
-
-@dataclass(frozen=True)
-class ElementRecord:
-    index: tuple[int, ...]
-    inputs: str
-    got: float
-    got_hex: str
-    lo: float                     # the reference interval
-    hi: float
-    exact: float                  # the float64 exact value
-    golden: float | None          # the certified correctly rounded value in the output's format
-    golden_hex: str
-    metrics: dict[str, float]
 
 
 def explain(c: Comparison, inp: Inputs, output: str, lo: torch.Tensor, hi: torch.Tensor,
@@ -67,3 +55,31 @@ def worst_flats(c: Comparison, top: int) -> list[int]:
     first = c.reduced.worst_flat
     rest = [int(i) for i in torch.topk(key, min(k + 1, key.numel())).indices if int(i) != first]
     return [first] + rest[:k - 1]
+
+
+def _at(index: tuple[int, ...]) -> str:
+    return ",".join(map(str, index))
+
+
+def reason(output: str, reference: str, f: Finding | None) -> str:
+    """A check's reason: what the Finding says, for `output` checked against `reference` (its label)."""
+    if f is None:
+        return ""
+    k = f.kind
+    if k == "over_budget":
+        return f"{output} {f.metric} error {f.value:.4g} > budget {f.limit:.4g} at [{_at(f.index)}] vs {reference}"
+    if k == "nan_reference":
+        why = "" if math.isnan(f.other) else (f"{reference} overflows there (an intermediate it rounds went past its "
+                                             f"format's range; the exact value is {f.other:.4g}), and ")
+        return f"{output} reference is NaN at [{_at(f.index)}]: {why}a NaN never passes"
+    if k == "non_finite":
+        return f"{output} non-finite ({f.value}) at [{_at(f.index)}] where the reference is finite"
+    if k == "not_repeatable":
+        if f.text:
+            return f"{output} not repeatable: {f.text}"
+        first = f" (first at [{_at(f.index)}]: {f.value!r}, then {f.other!r})" if f.index else ""
+        return (f"{output} not repeatable: {f.count} elements differ between calls on the same inputs{first}; "
+                f"--allow-nondeterministic accepts it")
+    if k == "regressed":
+        return f"regressed: {f.value:.4g} vs baseline {f.other:.4g} (threshold {f.limit:.4g})"
+    return f.text                     # contract, error, skip: the implementation side's own words

@@ -44,8 +44,14 @@ _COMMANDS = {
 
 
 def _prespawn(args) -> None:
-    """A sweep's first workers, started before this process imports torch (a second or more) so
-    that their imports overlap its own and its input checks; unused ones end with the command."""
+    """A sweep's (or a replay's) first workers, started before this process imports torch (a second
+    or more) so that their imports overlap its own and its input checks; unused ones end with the
+    command."""
+    import os
+    if args.cmd == "replay" and args.isolate != "inline":
+        from harness.worker import prespawn
+        prespawn([dict(os.environ)])
+        return
     if args.cmd not in ("run", "identify") or args.isolate == "inline" or args.cases == "hypothesis" \
             or args.jobs < 1 or (args.threads is not None and args.threads < 1):
         return

@@ -1,5 +1,5 @@
-"""What several subcommands share: parsing --shard and --gpus, checking an output file's path before
-the work, and finishing a sweep (summary, verdict, files, exit code)."""
+"""What several subcommands share: parsing --shard, --gpus and the repeatability flags, checking an
+output file's path before the work, and finishing a sweep (summary, verdict, files, exit code)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,6 +32,13 @@ def parse_gpus(s: str | None) -> tuple[int, ...]:
     if any(g < 0 for g in gpus):
         raise UsageError(f"--gpus {s!r}: indices are >= 0")
     return gpus
+
+
+def nondeterminism(args) -> bool:
+    """--allow-nondeterministic; --require-repeatable (the default now) cannot be given with it."""
+    if args.allow_nondeterministic and args.require_repeatable:
+        raise UsageError("--allow-nondeterministic and --require-repeatable contradict each other: give one")
+    return args.allow_nondeterministic
 
 
 def check_output_file(flag: str, path: str | None) -> None:

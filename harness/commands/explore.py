@@ -10,6 +10,7 @@ from harness.references.errors import UsageError
 
 def cmd_explore(args) -> int:
     from harness.commands.common import finish
+    from harness.commands.common import nondeterminism
     from harness.explore import explore, format_exploration
     from harness.reports.rundir import RunDir
     ignored = [f for f, v in (("--resume", args.resume), ("--shard", args.shard), ("--jobs", args.jobs > 1),
@@ -20,7 +21,7 @@ def cmd_explore(args) -> int:
     if args.max_examples < 1:
         raise UsageError(f"--max-examples {args.max_examples}: need at least 1")
     p = plan(args.impl, "quick", args.device, args.budgets, None, args.golden, args.reference_backend,
-             repeats=args.repeats, require_repeatable=args.require_repeatable)
+             repeats=args.repeats, allow_nondeterministic=nondeterminism(args))
     rd = RunDir(args.out).create()
     with rd.lock():
         for stale in ("timing.csv", "pair-timing.csv"):          # an exploration has no stage timings

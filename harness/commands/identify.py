@@ -17,12 +17,14 @@ from harness.reports.realised import model_fits, realised, verdict_line
 from harness.reports.summary import sort_keys
 
 
-def format_identify(df: pd.DataFrame) -> tuple[int, list[str]]:
+def format_identify(df: pd.DataFrame) -> tuple[int, list[str], list[str]]:
+    """(exit code, the lines to print, the verdict lines among them: one per implementation)."""
     table = model_fits(df)
     # The dtype is the output's own: dgate's follows the gate and dweight's the weight, so "fp32
     # dgate" on a bf16 case with a float32 gate is its own row.
     lines, code = [f"{'implementation':24s} {'dtype':5s} {'output':8s} (the output's dtype: dgate's is the gate's, "
                    f"dweight's the weight's)"], EXIT_OK
+    verdicts = []
     for impl in dict.fromkeys(table["impl"]):
         t = sort_keys(table[table["impl"] == impl], ["out_dtype", "output"])
         for (dt, out), g in t.groupby(["out_dtype", "output"], sort=False):
@@ -30,16 +32,20 @@ def format_identify(df: pd.DataFrame) -> tuple[int, list[str]]:
             lines.append(f"{impl:24s} {dt:5s} {out:8s} within budget of: {within}")
         if not realised(t)[0]:
             code = EXIT_FAIL
-        lines.append(verdict_line(impl, t))
+        verdicts.append(verdict_line(impl, t))
+        lines.append(verdicts[-1])
     if table.empty:
-        return EXIT_USAGE, ["harness: identify: no model check was measured (every pair errored or was skipped)"]
-    return code, lines
+        none = ["harness: identify: no model check was measured (every pair errored or was skipped)"]
+        return EXIT_USAGE, none, none
+    return code, lines, verdicts
 
 
 def cmd_identify(args) -> int:
     names = tuple(builtin_models())
+    # which model fits is a question about the first call's values: whether a later call repeats
+    # them is the gate's (harness run), not this command's
     p = plan(args.impl, args.cases, args.device, args.budgets, None, args.golden, args.reference_backend,
-             repeats=0)
+             repeats=0, allow_nondeterministic=True)
     if len(p.impls) != 1:
         raise UsageError("identify: one --impl at a time")
     p.settings = replace(p.settings, models=names)
@@ -48,11 +54,15 @@ def cmd_identify(args) -> int:
                    progress=Progress(), log=err)
     if res.frame.empty:
         raise UsageError("identify: no results")
+    code, lines, verdicts = format_identify(res.frame)
+    if res.unfinished:
+        code = EXIT_USAGE
+        verdicts = verdicts + [f"harness: error: {len(res.unfinished)} pairs did not finish"]
+    # the report leads with what this command says: the model realised, and this exit code
+    res.command_exit, res.headline = code, verdicts
     res.write(Path(args.out), report=not args.no_report)
-    code, lines = format_identify(res.frame)
     for line in lines:
         print(line)
     if res.unfinished:
-        err(f"harness: error: {len(res.unfinished)} pairs did not finish")
-        return EXIT_USAGE
+        err(verdicts[-1])
     return code

@@ -7,7 +7,8 @@ import pandas as pd
 
 from harness.api import Results, check_run_options, load_baseline, plan, run_plan
 from harness.commands import EXIT_OK, Progress, err
-from harness.commands.common import check_output_file, finish, parse_gpus, parse_shard, timing_line
+from harness.commands.common import (check_output_file, finish, nondeterminism, parse_gpus, parse_shard,
+                                     timing_line)
 from harness.references.errors import UsageError
 from harness.reports.rundir import TIMING, RunDir, read_csv, read_results
 
@@ -22,7 +23,7 @@ def cmd_run(args) -> int:
     check_run_options(args.jobs, args.timeout, args.threads)
     gpus = parse_gpus(args.gpus)
     p = plan(args.impl, args.cases, args.device, args.budgets, args.baseline, args.golden, args.reference_backend,
-             parse_shard(args.shard), args.shard_by or "case", args.repeats, args.require_repeatable)
+             parse_shard(args.shard), args.shard_by or "case", args.repeats, nondeterminism(args))
     rd = RunDir(args.out).create().check_outputs()
     preload_outputs(skip=("report",) if args.no_report else ())
     with rd.lock():                 # to the last report: a second run into --out fails at once

@@ -25,6 +25,7 @@ class RunData:
     env: dict = field(default_factory=dict)
     baseline: pd.DataFrame | None = None
     suite: str = ""
+    headline: tuple[str, ...] = ()        # what the command said, for the report to lead with (identify)
 
 
 @dataclass(frozen=True)

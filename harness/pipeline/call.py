@@ -1,0 +1,316 @@
+"""The implementation's side of a pair: its calls, on inputs of its own, and what a caller got.
+
+Every call gets its own copies of x, gate and dy and has the case's weight written into its
+module; the pristine inputs are never handed out. What is judged is the first call's output, cloned
+into plain tensors the moment the call returns (y before the backward runs, the gradients right
+after it), before any other call: a kernel that writes a persistent buffer, is right only on its
+first call, or returns a Tensor subclass cannot substitute later data. Then the same inputs again
+(fresh copies): a second call, and the timed calls, whose last result is compared too — any output
+that differs bit for bit is reported per element. Finally the first call's input copies are
+compared with the pristine inputs: an implementation that wrote into one is named (reusing dy's
+buffer for dx, as Liger-Kernel's in-place RMSNorm does, is legitimate: it only ever wrote its own
+copy).
+
+Whatever the implementation raises becomes data: `Unsupported` a skip, anything else (SystemExit
+too) an error. What cannot be caught in the process — os._exit, a segfault, a hang — is the
+worker's to survive (harness.worker). This side never computes a reference or a verdict."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.analysis.compare import unravel
+from harness.analysis.result import Finding, Repeat, Speed
+from harness.cases.case import Case
+from harness.cases.generate import act_format, generate
+from harness.impls.base import Implementation
+from harness.pipeline import fpenv
+from harness.pipeline.settings import Settings
+from harness.references.errors import Unsupported
+from harness.references.exact import OUTPUTS, Inputs
+
+# Untimed warm calls before each timing on a GPU (Triton's do_bench warms up for 25 ms too).
+WARMUP_SECONDS = 0.025
+INPUTS = ("x", "gate", "weight", "dy")
+
+
+@dataclass
+class CallRecord:
+    """What the implementation's side hands the judge: plain data and plain tensors."""
+    status: str = "ran"                    # ran, skip (declined), error (raised, out of memory)
+    text: str = ""                         # skip / error: why, in the implementation side's words
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)    # the first call's, plain clones
+    problems: dict[str, Finding] = field(default_factory=dict)        # contract findings, per output
+    repeats: dict[str, Repeat] = field(default_factory=dict)          # the later calls' differences
+    inputs_modified: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0                   # factory + first call, synchronised
+    timing_seconds: float = 0.0            # the later calls
+    speed: Speed | None = None
+
+
+def short(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {msg}"[:300]
+
+
+def _failure(e: BaseException, where: str) -> CallRecord:
+    if isinstance(e, KeyboardInterrupt):
+        raise e
+    if isinstance(e, Unsupported):
+        return CallRecord("skip", str(e) or "not supported")
+    if isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return CallRecord("error", f"out of memory in the {where}: {short(e)}")
+    return CallRecord("error", f"{where} raised {short(e)}")
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+class BadModule(Exception):
+    """The factory's module breaks the contract (no `weight`, or a wrong shape): an error."""
+
+
+def make_module(impl: Implementation, inp: Inputs, device: str, kwargs: dict):
+    module = impl.factory(inp.hidden, eps=inp.eps, zero_centered_gamma=inp.zero_centered_gamma,
+                          dtype=inp.weight.dtype, device=device, **kwargs)
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        raise BadModule("module has no `weight` parameter")
+    if tuple(weight.shape) != (inp.hidden,):
+        raise BadModule(f"weight shape {tuple(weight.shape)}, expected ({inp.hidden},)")
+    return module, weight
+
+
+def _dtype(d: torch.dtype) -> str:
+    return str(d).replace("torch.", "")
+
+
+def plain(name: str, t, shape, dtype: torch.dtype) -> tuple[torch.Tensor | None, Finding | None]:
+    """A clone of `t` as a plain tensor, or the contract finding that says why not. A Tensor
+    subclass is refused before any of its methods runs: its `.dtype`, `.to()` or `.clone()` are its
+    own code and may report other data than it holds."""
+    if t is None:
+        return None, Finding("contract", text="gradient missing (None)")
+    if not isinstance(t, torch.Tensor):
+        return None, Finding("contract", text=f"{name} is {type(t).__name__}, expected a tensor")
+    if type(t) is not torch.Tensor:
+        return None, Finding("contract", text=f"{name} is {type(t).__name__}, a torch.Tensor subclass; expected a "
+                                              f"plain torch.Tensor (its own methods could report other data)")
+    if tuple(t.shape) != tuple(shape):
+        return None, Finding("contract", text=f"{name} shape {tuple(t.shape)}, expected {tuple(shape)}")
+    if t.dtype != dtype:
+        return None, Finding("contract", text=f"{name} dtype {_dtype(t.dtype)}, expected {_dtype(dtype)}")
+    return t.detach().clone(), None
+
+
+class _Call:
+    """One forward and backward on fresh copies of the pristine inputs."""
+
+    def __init__(self, module, weight, base: Inputs):
+        with torch.no_grad():
+            weight.copy_(base.weight.to(device=weight.device, dtype=weight.dtype))
+        weight.grad = None
+        self.module, self.weight = module, weight
+        self.x = base.x.detach().clone().requires_grad_(True)
+        self.gate = base.gate.detach().clone().requires_grad_(True)
+        self.dy = base.dy.detach().clone()
+
+    def forward(self):
+        return self.module(self.x, self.gate)
+
+    def backward(self, y) -> None:
+        dy = self.dy if y.dtype == self.dy.dtype else self.dy.to(y.dtype)
+        self.dy = dy
+        y.backward(dy)
+
+    def grads(self) -> dict:
+        return {"dx": self.x.grad, "dgate": self.gate.grad, "dweight": self.weight.grad}
+
+
+def expected(inp: Inputs, act_dtype: torch.dtype) -> dict[str, tuple]:
+    return {"y": (inp.x.shape, act_dtype), "dx": (inp.x.shape, inp.x.dtype),
+            "dgate": (inp.gate.shape, inp.gate.dtype), "dweight": (inp.weight.shape, inp.weight.dtype)}
+
+
+def first_call(module, weight, base: Inputs, act_dtype, device: str):
+    """The judged call: (outputs, problems, the call's own input copies)."""
+    want = expected(base, act_dtype)
+    call = _Call(module, weight, base)
+    y = call.forward()
+    y_out, y_bad = plain("y", y, *want["y"])           # at once: before the backward can touch it
+    outputs, problems = {}, {}
+    if y_bad is not None and not (isinstance(y, torch.Tensor) and tuple(y.shape) == tuple(base.x.shape)):
+        # without a usable y there is no backward either: every output fails
+        return {}, {k: y_bad for k in OUTPUTS}, call
+    call.backward(y)
+    _sync(device)
+    for k, t in [("y", y_out), *call.grads().items()]:
+        got, bad = (y_out, y_bad) if k == "y" else plain(k, t, *want[k])
+        if bad is not None:
+            problems[k] = bad
+        else:
+            outputs[k] = got
+    return outputs, problems, call
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    view = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[t.element_size()]
+    return t.contiguous().view(view)
+
+
+def differing(first: dict[str, torch.Tensor], later: dict) -> dict[str, Repeat]:
+    """Per output of the first call, the elements whose bits a later call changed (NaN payloads
+    included), with the first of them."""
+    out = {}
+    for k, t in first.items():
+        u = later.get(k)
+        if type(u) is not torch.Tensor or u.shape != t.shape or u.dtype != t.dtype:
+            out[k] = Repeat(t.numel(), unravel(0, t.shape) if t.numel() else (),
+                            float(t.reshape(-1)[0]) if t.numel() else math.nan)
+            continue
+        diff = (_bits(t) != _bits(u.detach())).reshape(-1)
+        n = int(diff.sum())
+        if n:
+            k0 = int(diff.nonzero()[0])
+            out[k] = Repeat(n, unravel(k0, t.shape), float(t.reshape(-1)[k0]), float(u.detach().reshape(-1)[k0]))
+        else:
+            out[k] = Repeat()
+    return out
+
+
+def _worse(a: dict[str, Repeat], b: dict[str, Repeat]) -> dict[str, Repeat]:
+    return {k: (b[k] if b.get(k, Repeat()).count > a[k].count else a[k]) for k in a}
+
+
+def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats: int) -> tuple[dict, float]:
+    """A second call (compared with the first), then on a GPU WARMUP_SECONDS of untimed ones, then
+    `repeats` timed calls — each on fresh copies, prepared before the clock starts — of which the
+    last is compared too. (per-output Repeat, median seconds of a timed call or NaN)."""
+    call = _Call(module, weight, base)
+    y = call.forward()
+    call.backward(y)
+    _sync(device)
+    got = differing(first, {"y": y, **call.grads()})
+    if not repeats:
+        return got, math.nan
+    t0 = time.perf_counter()
+    while device.startswith("cuda") and time.perf_counter() - t0 < WARMUP_SECONDS:
+        c = _Call(module, weight, base)
+        c.backward(c.forward())
+        _sync(device)
+    times = []
+    for _ in range(repeats):
+        c = _Call(module, weight, base)
+        c.dy = c.dy.to(y.dtype)                    # no cast inside the clock
+        _sync(device)
+        if device.startswith("cuda"):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        t1 = time.perf_counter()
+        y = c.forward()
+        y.backward(c.dy)
+        if device.startswith("cuda"):
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            times.append(time.perf_counter() - t1)
+    got = _worse(got, differing(first, {"y": y, **c.grads()}))
+    times.sort()
+    return got, times[len(times) // 2]
+
+
+def modified(call: _Call, weight, base: Inputs) -> tuple[str, ...]:
+    """The inputs whose copy the first call changed (its module's weight included)."""
+    def changed(a, b) -> bool:
+        a = a.detach()
+        b = b.to(device=a.device, dtype=a.dtype)
+        return a.shape != b.shape or bool((_bits(a) != _bits(b)).any())
+    mine = {"x": call.x, "gate": call.gate, "weight": weight, "dy": call.dy}
+    return tuple(k for k in INPUTS if changed(mine[k], getattr(base, k)))
+
+
+def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
+    """Every call of one pair on this process's device; never raises for what the implementation
+    does (a BaseException from its `supports` or factory or calls is an error record)."""
+    notes = []
+    if fpenv.flushes_subnormals():                 # left on by an earlier pair of this process
+        notes.append(f"found {fpenv.WHAT} on before the pair; turned off")
+        fpenv.restore()
+    try:
+        why = impl.unsupported(case)
+    except BaseException as e:
+        return _failure(e, "its supports(case)")
+    if why is not None:
+        return CallRecord("skip", why)
+    act = act_format(case, impl.act_follows)
+    base = generate(case, impl.act_follows).to(s.device)      # pristine: never handed out
+    t0 = time.perf_counter()
+    try:
+        module, weight = make_module(impl, base, s.device, impl.case_kwargs(case))
+    except BadModule as e:
+        return CallRecord("error", str(e))
+    except BaseException as e:
+        return _failure(e, "factory")
+    try:
+        outputs, problems, call = first_call(module, weight, base, act.dtype, s.device)
+    except BaseException as e:
+        return _failure(e, "forward/backward")
+    rec = CallRecord("ran", "", outputs, problems, seconds=time.perf_counter() - t0)
+    t1 = time.perf_counter()
+    if outputs:
+        rec.inputs_modified = modified(call, weight, base)
+        try:
+            rec.repeats, seconds = later_calls(module, weight, base, outputs, s.device, s.timed_calls)
+            rec.speed = _speed(base, s.device, seconds)
+        except BaseException as e:                # a later call that fails: not repeatable
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            rec.repeats = {k: Repeat(error=short(e)) for k in outputs}
+    rec.timing_seconds = time.perf_counter() - t1
+    if fpenv.flushes_subnormals():
+        notes.append(f"left {fpenv.WHAT} on; turned off after its pair")
+        fpenv.restore()
+    rec.notes = tuple(notes)
+    return rec
+
+
+def _speed(base: Inputs, device: str, seconds: float) -> Speed:
+    if not device.startswith("cuda") or math.isnan(seconds):
+        return Speed(seconds)
+    moved = bytes_moved(base)
+    return Speed(seconds, moved, moved / copy_bandwidth(device) / seconds)
+
+
+def bytes_moved(inp: Inputs) -> int:
+    """What a fused forward + backward must read and write at least: x, gate, dy in, y, dx, dgate out
+    (each in its dtype; y and dx as x), and the weight in and dweight out."""
+    n = inp.x.numel()
+    row = 3 * inp.x.element_size() + 2 * inp.gate.element_size() + inp.dy.element_size()
+    return n * row + 2 * inp.hidden * inp.weight.element_size()
+
+
+_BANDWIDTH: dict = {}
+
+
+def copy_bandwidth(device: str) -> float:
+    """Bytes per second a device-to-device copy of 1 GiB moves (read + write), measured once."""
+    if device not in _BANDWIDTH:
+        a = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+        b = torch.empty_like(a)
+        b.copy_(a)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            b.copy_(a)
+        end.record()
+        end.synchronize()
+        _BANDWIDTH[device] = 10 * 2 * a.numel() / (start.elapsed_time(end) / 1e3)
+        del a, b
+    return _BANDWIDTH[device]

@@ -1,0 +1,153 @@
+"""What a worker process runs (`python -m harness.pipeline.serve IMPL_FD JUDGE_FD PARENT_PID`,
+started by harness.worker): two processes, one per side of the pipeline.
+
+It imports torch and the harness, then forks before it has run any implementation's code. The
+child is the judge (harness.pipeline.judge): it keeps the judging socket, closes the other, and
+never imports an implementation. The parent closes the judging socket and becomes the
+implementation's process (harness.pipeline.call): it imports the implementations and runs their
+calls, and is a child subreaper, so that a descendant a plug-in detaches (setsid, fork) stays in
+its tree, where harness.worker finds and ends it. The judge dies with it (the parent-death signal).
+
+Messages from the command's process (which is trusted) are pickled; what the implementation's
+process sends is bytes — b"ready", then a CallRecord per pair (harness.pipeline.wire) — which the
+command forwards to the judge unread. The judge answers each pair with its PairResult."""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import traceback
+from multiprocessing.connection import Connection
+
+from harness.worker import exit_now, prctl
+
+READY = b"ready"
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies (Linux prctl PR_SET_PDEATHSIG; the parent's thread
+    that started it must outlive it, which harness.runner's do), and leave now if the parent
+    already has (reparented before the prctl took effect)."""
+    prctl(1, signal.SIGKILL)                  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def first_to_go() -> None:
+    """Offer this process to the kernel's OOM killer before the parent, so that a case too big for
+    memory kills the worker — an error row — and not the sweep."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:      # raising it needs no privilege
+            f.write("500")
+    except OSError:
+        pass
+
+
+def escaped(e: BaseException) -> str:
+    """Why a pair ended in an exception its side did not turn into data (a plug-in that no longer
+    imports, or a bug of the harness)."""
+    tb = traceback.format_exc(limit=-6).strip().replace("\n", " | ")
+    return f"the pair raised {type(e).__name__}: {str(e).strip()[:200]} ({tb[-1500:]})"
+
+
+def implementation_loop(conn: Connection) -> int:
+    from harness.impls.registry import resolve
+    from harness.pipeline.call import CallRecord, run_calls
+    from harness.pipeline.wire import encode
+    try:
+        _, settings, path, pinned = conn.recv()
+    except EOFError:
+        return 0
+    sys.path[:] = list(dict.fromkeys(list(path) + sys.path))
+    if pinned is not None:                     # harness bisect: a commit's package, from its roots only
+        from harness.pinned import pin_imports
+        pin_imports(*pinned)
+    prctl(36, 1)                              # 36: PR_SET_CHILD_SUBREAPER
+    conn.send_bytes(READY)
+    impls: dict = {}
+    while True:
+        try:
+            raw = conn.recv_bytes()
+        except EOFError:
+            return 0
+        try:
+            msg = pickle.loads(raw)            # an API factory's module must import here: inside the try
+            if msg[0] == "exit":
+                return 0
+            _, case, impl = msg
+            if isinstance(impl, str):
+                impl = impls[impl] if impl in impls else impls.setdefault(impl, resolve(impl))
+            rec = run_calls(case, impl, settings)
+        except BaseException as e:             # SystemExit too: an implementation's exit is a row, not a pass
+            rec = CallRecord("error", escaped(e))
+        conn.send_bytes(encode(rec))
+
+
+def judge_loop(conn: Connection) -> int:
+    from harness.pipeline.call import CallRecord
+    from harness.pipeline.judge import Judge
+    from harness.pipeline.wire import WireError, decode
+    try:
+        _, settings = conn.recv()
+        judge = Judge(settings)
+        judge.check_environment(pool=True)
+    except EOFError:
+        return 0
+    except BaseException as e:
+        conn.send(("crash", escaped(e)))
+        return 1
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return 0
+        if msg[0] == "exit":
+            return 0
+        _, case, impl = msg
+        try:                                   # started before the record arrives: overlaps the calls
+            if impl.unsupported(case) is None:     # the declared variants only: it holds no `supports`
+                judge.references(case, impl)
+        except Exception:                      # noqa: BLE001 — raised again, and reported, in judge()
+            pass
+        try:
+            raw = conn.recv_bytes()
+        except EOFError:
+            return 0
+        try:
+            try:
+                rec = decode(raw)
+            except WireError as e:
+                rec = CallRecord("error", f"the implementation's process sent a malformed record ({e})")
+            conn.send(("result", judge.judge(case, impl, rec)))
+        except BaseException as e:
+            conn.send(("crash", escaped(e)))
+
+
+def main(impl_fd: int, judge_fd: int, parent: int) -> int:
+    """The imports first (a spare worker does them while the command checks its input), then the
+    fork, then each side's loop."""
+    die_with_parent(parent)
+    first_to_go()
+    impl, judge = Connection(impl_fd), Connection(judge_fd)
+    try:
+        import harness.impls.registry  # noqa: F401
+        import harness.pipeline.call  # noqa: F401
+        import harness.pipeline.judge  # noqa: F401
+        import harness.pipeline.wire  # noqa: F401
+    except BaseException as e:
+        impl.send_bytes(b"crash " + escaped(e).encode())
+        judge.send(("crash", escaped(e)))
+        return 1
+    me = os.getpid()
+    if os.fork() == 0:                         # the judge: no implementation's code has run here
+        impl.close()
+        die_with_parent(me)
+        return judge_loop(judge)
+    judge.close()
+    return implementation_loop(impl)
+
+
+if __name__ == "__main__":
+    exit_now(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))

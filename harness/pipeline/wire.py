@@ -1,0 +1,117 @@
+"""A CallRecord as bytes, from the implementation's process to the judging one: a JSON header and
+the outputs' raw bytes. Never pickle: unpickling runs code the sender chose, and the sender is the
+process the implementation runs in. Decoding checks every field's type, every dtype against a list,
+every shape and extent against the payload; anything else is a WireError (an `error` pair naming
+it), never a verdict."""
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+import torch
+
+from harness.analysis.result import Finding, Repeat, Speed
+from harness.pipeline.call import CallRecord
+from harness.references.exact import OUTPUTS
+
+MAGIC = b"HRC1"
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+_NAMES = {v: k for k, v in DTYPES.items()}
+STATUSES = ("ran", "skip", "error")
+INPUTS = ("x", "gate", "weight", "dy")
+
+
+class WireError(ValueError):
+    """A record that is not one this harness writes."""
+
+
+def encode(rec: CallRecord) -> bytes:
+    meta, chunks, offset = {}, [], 0
+    for k, t in rec.outputs.items():
+        t = t.detach().to("cpu").contiguous()
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        meta[k] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "offset": offset, "nbytes": len(raw)}
+        chunks.append(raw)
+        offset += len(raw)
+    head = {
+        "status": rec.status, "text": rec.text, "outputs": meta,
+        "problems": {k: f.text for k, f in rec.problems.items()},
+        "repeats": {k: [r.count, list(r.index), r.first, r.later, r.error] for k, r in rec.repeats.items()},
+        "inputs_modified": list(rec.inputs_modified), "notes": list(rec.notes),
+        "seconds": rec.seconds, "timing_seconds": rec.timing_seconds,
+        "speed": None if rec.speed is None else [rec.speed.impl_seconds, rec.speed.bytes_moved,
+                                                 rec.speed.floor_fraction],
+    }
+    h = json.dumps(head).encode()
+    return MAGIC + struct.pack(">Q", len(h)) + h + b"".join(chunks)
+
+
+def _want(cond: bool, what: str) -> None:
+    if not cond:
+        raise WireError(what)
+
+
+def _num(v, what: str) -> float:
+    _want(isinstance(v, (int, float)) and not isinstance(v, bool), f"{what}: not a number")
+    return float(v)
+
+
+def _int(v, what: str, lo: int = 0) -> int:
+    _want(isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"{what}: not an integer >= {lo}")
+    return v
+
+
+def _text(v, what: str) -> str:
+    _want(isinstance(v, str) and len(v) <= 4000, f"{what}: not a short text")
+    return v
+
+
+def _names(v, allowed, what: str) -> dict:
+    _want(isinstance(v, dict) and all(k in allowed for k in v), f"{what}: unknown keys")
+    return v
+
+
+def decode(data: bytes | bytearray) -> CallRecord:
+    _want(len(data) >= 12 and bytes(data[:4]) == MAGIC, "not a call record")
+    (n,) = struct.unpack(">Q", bytes(data[4:12]))
+    _want(12 + n <= len(data), "header past the end")
+    try:
+        head = json.loads(bytes(data[12:12 + n]))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise WireError(f"header: {e}") from None
+    _want(isinstance(head, dict) and set(head) == {"status", "text", "outputs", "problems", "repeats",
+                                                    "inputs_modified", "notes", "seconds", "timing_seconds",
+                                                    "speed"}, "header: wrong fields")
+    payload = memoryview(data)[12 + n:]
+    _want(head["status"] in STATUSES, "status")
+    outputs = {}
+    for k, m in _names(head["outputs"], OUTPUTS, "outputs").items():
+        _want(isinstance(m, dict) and set(m) == {"dtype", "shape", "offset", "nbytes"}, f"outputs.{k}")
+        _want(m["dtype"] in DTYPES, f"outputs.{k}.dtype")
+        dtype = DTYPES[m["dtype"]]
+        _want(isinstance(m["shape"], list) and len(m["shape"]) <= 8, f"outputs.{k}.shape")
+        shape = [_int(d, f"outputs.{k}.shape") for d in m["shape"]]
+        off, nbytes = _int(m["offset"], f"outputs.{k}.offset"), _int(m["nbytes"], f"outputs.{k}.nbytes")
+        _want(nbytes == math.prod(shape) * dtype.itemsize and off + nbytes <= len(payload), f"outputs.{k}: extent")
+        raw = torch.frombuffer(bytearray(payload[off:off + nbytes]), dtype=torch.uint8) if nbytes else \
+            torch.empty(0, dtype=torch.uint8)
+        outputs[k] = raw.view(dtype).reshape(shape)
+    problems = {k: Finding("contract", text=_text(v, f"problems.{k}"))
+                for k, v in _names(head["problems"], OUTPUTS, "problems").items()}
+    repeats = {}
+    for k, v in _names(head["repeats"], OUTPUTS, "repeats").items():
+        _want(isinstance(v, list) and len(v) == 5 and isinstance(v[1], list), f"repeats.{k}")
+        repeats[k] = Repeat(_int(v[0], f"repeats.{k}"), tuple(_int(i, f"repeats.{k}") for i in v[1]),
+                            _num(v[2], f"repeats.{k}"), _num(v[3], f"repeats.{k}"), _text(v[4], f"repeats.{k}"))
+    _want(isinstance(head["inputs_modified"], list) and all(i in INPUTS for i in head["inputs_modified"]),
+          "inputs_modified")
+    _want(isinstance(head["notes"], list), "notes")
+    speed = head["speed"]
+    if speed is not None:
+        _want(isinstance(speed, list) and len(speed) == 3, "speed")
+        speed = Speed(_num(speed[0], "speed"), None if speed[1] is None else _int(speed[1], "speed"),
+                      _num(speed[2], "speed"))
+    return CallRecord(head["status"], _text(head["text"], "text"), outputs, problems, repeats,
+                      tuple(head["inputs_modified"]), tuple(_text(t, "notes") for t in head["notes"]),
+                      _num(head["seconds"], "seconds"), _num(head["timing_seconds"], "timing_seconds"), speed)
