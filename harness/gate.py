@@ -18,7 +18,7 @@ import pandas as pd
 
 from harness.analysis.explain import reason
 from harness.analysis.result import Finding
-from harness.reports.summary import budget_ratio, gated, worst_value
+from harness.reports.summary import budget_ratio, gated, normalize, worst_value
 
 REGRESSION_MARGIN = 0.25       # worse by more than 25 % of the baseline value ...
 REGRESSION_FLOOR = 0.25        # ... and by more than 25 % of the budget (a 0 baseline stays passable)
@@ -66,7 +66,7 @@ def by_severity(bad: pd.DataFrame) -> pd.DataFrame:
     if bad.empty:
         return bad
     kind = bad["fail_kind"].astype(str) if "fail_kind" in bad.columns else pd.Series("", index=bad.index)
-    ratio = budget_ratio(bad).fillna(math.inf)
+    ratio = budget_ratio(normalize(bad)).fillna(math.inf)
     ratio = ratio.where(~(kind.isin(UNMEASURED) | (bad["status"] == "error")), math.inf)
     is_exact = (bad["reference"].astype(str) == "exact").astype(int)
     pair = pd.Series(list(zip(bad["case_id"], bad["impl"])), index=bad.index)

@@ -235,3 +235,20 @@ def test_verdict():
     other = pd.concat([df[df["status"] == "pass"], skips.assign(impl="lazy")])
     code, lines = verdict(other)
     assert code == 1 and "harness: lazy: every case skipped" in lines[-1]
+
+
+def test_each_pairs_most_severe_check_is_listed_first():
+    """A marginal exact-reference failure does not hide a model reference far over its budget, nor
+    an unmeasured failure; each pair's worst check comes before any pair's second."""
+    rows = [("a", "exact", 1.01, 1.0, "over_budget"), ("a", "model:chain", 3.0, 0.5, "over_budget"),
+            ("b", "exact", 2.0, 1.0, "over_budget"), ("b", "model:chain", 0.75, 0.5, "over_budget"),
+            ("c", "exact", 0.1, 1.0, "not_repeatable"), ("c", "model:chain", float("nan"), 0.5, "contract")]
+    df = pd.DataFrame([{"case_id": c, "impl": "k", "output": "y", "reference": ref, "budget_metric": "ulp",
+                        "max_ulp": v, "budget": b, "status": "fail", "fail_kind": kind, "label": c, "reason": kind}
+                       for c, ref, v, b, kind in rows])
+    code, lines = verdict(df)
+    shown = [ln.split()[2] + " " + ln.split()[5].rstrip(":") for ln in lines[1:]]
+    assert code == 1 and shown == ["a model:chain", "b exact", "c model:chain", "a exact", "b model:chain",
+                                   "c exact"]
+    tie = df.assign(max_ulp=[1.0, 0.5, 0.2, 0.1, 0.1, 0.1], status=["fail", "fail"] + ["pass"] * 4)
+    assert verdict(tie)[1][1].split()[5] == "model:chain:"          # as far over: the model reference first

@@ -68,3 +68,13 @@ def test_verdict_logic_on_hand_made_rows():
     df2 = df.assign(status="pass")
     code, lines, verdicts = format_identify(df2)
     assert code == 0 and lines[-1] == "k realises chain = fused (the models coincide on these cases)"
+
+
+def test_the_report_says_what_the_command_said(suite, tmp_path, capsys):
+    """The checks against the models torch does not declare are over budget: they say which model
+    it is, they are not its verdict. The report leads with the model and identify's exit code."""
+    assert main(["identify", "--impl", "torch", "--cases", suite, "--device", "cpu", "--out", str(tmp_path)]) == 0
+    html = (tmp_path / "report.html").read_text()
+    verdict = html[html.index('id="verdict"'):html.index('id="models"')]
+    assert 'class="badge b-PASS"' in verdict and "exit code <b>0</b>" in verdict
+    assert '<p class="headline"><b>torch realises chain</b></p>' in verdict

@@ -357,3 +357,40 @@ def test_second_run_fails_naming_the_first_and_kill_9_leaves_no_worker(capsys, p
     (dup / "results.csv").write_text("".join(lines + lines[1:9]))
     code, o, e = run(capsys, "merge", dup, "--out", plug / "m2")
     assert one_line_usage(code, e)
+
+
+# ---------------------------------------------------------------------- a detached grandchild
+
+GRANDCHILD = """
+import os, time
+from harness.impls.torch_ref import chain
+
+def make(h, **kw):
+    child = os.fork()
+    if child == 0:                        # detached: its own session, its parent gone
+        os.setsid()
+        if os.fork() == 0:
+            with open(os.environ["GRANDCHILDREN"], "a") as f:
+                f.write(f"{os.getpid()}\\n")
+            time.sleep(600)
+        os._exit(0)
+    os.waitpid(child, 0)
+    return chain(h, **kw)
+"""
+
+
+def test_a_detached_grandchild_neither_holds_the_pipe_nor_outlives_the_command(tmp_path):
+    """A plug-in's setsid + fork grandchild inherits the worker's output: the caller's pipe is
+    never it (the command drains the worker's own), and the command ends it (its worker's
+    implementation process is a subreaper, and stopping a worker ends its whole tree)."""
+    (tmp_path / "detacher.py").write_text(GRANDCHILD)
+    (tmp_path / "two.toml").write_text(TWO)
+    pids = tmp_path / "pids"
+    env = dict(os.environ, GRANDCHILDREN=str(pids), PYTHONPATH=os.pathsep.join(
+        [str(tmp_path), str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    p = subprocess.run([sys.executable, "-m", "harness", "run", "--impl", "g=detacher:make", "--cases", "two.toml",
+                        "--device", "cpu", "--out", "o", "--no-report", "--repeats", "0"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    left = [int(v) for v in pids.read_text().split()]
+    assert len(left) == 2 and not any(running(v) for v in left)
