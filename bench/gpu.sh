@@ -13,6 +13,9 @@
 #   reference   the float64 reference pass against the bandwidth floor (bench/bench_reference.py)
 #   hf-full     full on CUDA for the four HF adapters
 #   selftest    `harness selftest --device cuda`
+#   big         bench/suites/big.toml for torch: 16.8-33.6 M-element cases, whose references and checks
+#               run on the GPU in each worker's judge, the outputs sent there from the implementation's
+#               process (89-91 s in run 12h, docs/performance.md §1)
 set -uo pipefail
 # The device image sets PYTHONDONTWRITEBYTECODE=1, so every process there compiled torch's Python
 # sources again (~2.25 s of a warm `harness exhaustive`); a user's machine keeps bytecode (pip
@@ -67,6 +70,8 @@ for stage in "$@"; do
     hf-full) step hf-full 600 python3 -m harness run --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 \
              --impl hf-zamba2 --cases full --device cuda --jobs 16 --out "$OUT/hf-full" --no-report --repeats 0 ;;
     selftest) step selftest 600 python3 -m harness selftest --device cuda --jobs 8 --out "$OUT/selftest" ;;
+    big) step big 600 python3 -m harness run --impl torch --cases bench/suites/big.toml --device cuda --jobs 4 \
+             --out "$OUT/big" --no-report --repeats 0 ;;
     *) echo "unknown stage $stage" | tee -a "$LOG"; exit 2 ;;
   esac
 done

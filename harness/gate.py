@@ -18,7 +18,7 @@ import pandas as pd
 
 from harness.analysis.explain import reason
 from harness.analysis.result import Finding
-from harness.reports.summary import budget_ratio, gated, normalize, worst_value
+from harness.reports.summary import budget_ratio, gated, normalize, pair_notes, worst_value
 
 REGRESSION_MARGIN = 0.25       # worse by more than 25 % of the baseline value ...
 REGRESSION_FLOOR = 0.25        # ... and by more than 25 % of the budget (a 0 baseline stays passable)
@@ -112,4 +112,5 @@ def verdict(df: pd.DataFrame) -> tuple[int, list[str]]:
                   (status[df["impl"].astype(str) == i] == "skip").all()]
     for impl in unverified:
         lines.append(f"harness: {impl}: every case skipped, no check measured: nothing was verified")
+    lines += [f"harness: note: {n}" for n in pair_notes(df)]
     return (0 if bad.empty and not unverified else 1), lines

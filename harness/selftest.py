@@ -25,13 +25,15 @@ def correct_builtins(device: str) -> list[str]:
 
 
 def first_catch(df: pd.DataFrame, findings: tuple[str, ...] = ()) -> str:
-    """The first failing check (one named by a known finding of the implementation aside)."""
+    """The first failing pair's most severe check (one named by a known finding of the
+    implementation aside)."""
+    from harness.gate import by_severity
     bad = df[~df["status"].isin(["pass", "skip"])]
     for f in findings:
         bad = bad[~bad["reason"].astype(str).str.contains(f, regex=False)]
     if bad.empty:
         return ""
-    r = bad.iloc[0]
+    r = by_severity(bad).iloc[0]
     return f"{r['output']} vs {r['reference']} on {r['case_id']} [{r['label']}] ({r['reason']})"
 
 

@@ -18,7 +18,7 @@ from harness.references.atomic import atomic_write
 from harness.reports import plots
 from harness.reports.realised import model_fits, verdict_line
 from harness.reports.schema import STATUSES
-from harness.reports.summary import budget_ratio, gated, normalize, sort_keys, worst_value
+from harness.reports.summary import budget_ratio, gated, normalize, pair_notes, sort_keys, worst_value
 
 TEMPLATES = Path(__file__).parent / "templates"
 ALL_ROWS_CAP = 2000        # rows of the "all results" table written into the page
@@ -78,7 +78,8 @@ def verdict(d: pd.DataFrame, exit_code: int) -> dict:
                              "_n": "checks skipped"}, cap=FAILURES_CAP)
     return {"counts": counts, "total": len(d), "word": word, "exit_code": exit_code, "failures": fails,
             "other_models": int((~d["_gated"] & (d["status"] == "fail")).sum()),
-            "skips": skips, "by_impl": _table(by_impl, {"impl": "impl", **{s: s for s in STATUSES}})}
+            "skips": skips, "by_impl": _table(by_impl, {"impl": "impl", **{s: s for s in STATUSES}}),
+            "notes": pair_notes(d)}
 
 
 def models(d: pd.DataFrame) -> dict:

@@ -61,6 +61,26 @@ def gated(d: pd.DataFrame) -> pd.Series:
     return (kind != "model") | (model == own) | (own == "")
 
 
+def pair_notes(d: pd.DataFrame) -> list[str]:
+    """What pairs did besides their checks, per implementation: the inputs its calls wrote into
+    (each call's own copies: no reference and no other implementation saw it) and the notes its
+    pairs carry (flush-to-zero left on, ...)."""
+    out = []
+    if "impl" not in d.columns:
+        return out
+    pairs = d.drop_duplicates(["case_id", "impl"])
+    for impl, g in pairs.groupby("impl", sort=False):
+        for col, say in (("inputs_modified", "wrote into its own copy of {v} (the inputs are each call's own: "
+                                             "no reference and no other implementation saw it)"),
+                         ("notes", "{v}")):
+            if col not in g.columns:
+                continue
+            vals = g[col].astype(object).where(g[col].notna(), "").astype(str)
+            for v, n in vals[vals != ""].value_counts(sort=False).items():
+                out.append(f"{impl}: {say.format(v=v)}, in {n} of {len(g)} pairs")
+    return out
+
+
 def worst_value(d: pd.DataFrame) -> pd.Series:
     """The value each row's budget is checked against: its gated metric's column."""
     out = pd.Series(np.nan, index=d.index, dtype=float)

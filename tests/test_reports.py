@@ -44,7 +44,10 @@ def row(impl, case, output, status, *, ulp=np.nan, scaled=np.nan, dtype="bf16", 
          "worst_got": 1.0, "worst_ref": 1.0000001, "reason": "" if status == "pass" else f"{output} not good",
          "replay": f"harness replay {case} --impl {impl} --cases quick --device cpu", "suite": "quick",
          "pair_seconds": 0.08, "impl_seconds": seconds if measured else np.nan,
-         "repeatable": repeatable if measured else np.nan, "differing_elements": differing if measured else np.nan}
+         "repeatable": repeatable if measured else np.nan, "differing_elements": differing if measured else np.nan,
+         "reference_kind": "exact" if ref == "exact" else "model",
+         "reference_model": "" if ref == "exact" else ref.removeprefix("model:"),
+         "fail_kind": {"pass": "", "fail": "over_budget"}.get(status, status)}
     return {**r, **extra}
 
 

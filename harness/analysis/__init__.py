@@ -1,2 +1,3 @@
 """Comparing an implementation's outputs with the references (compare), explaining a failure (explain),
-and the result rows of one (case, implementation) pair (check)."""
+the checks of one (case, implementation) pair and their rows (check), and the typed result they
+make (result)."""
