@@ -143,17 +143,19 @@ def _drain(pipe) -> None:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below `pid` in the process tree (from /proc: Linux)."""
+    """Every running process below `pid` in the process tree (from /proc: Linux; a zombie, dead
+    and waiting to be reaped, is not running and has no children)."""
     children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+                state, ppid = f.read().rsplit(b")", 1)[1].split()[:2]
+        except (OSError, ValueError):
             continue
-        children.setdefault(ppid, []).append(int(d))
+        if state not in (b"Z", b"X"):
+            children.setdefault(int(ppid), []).append(int(d))
     out, todo = [], [pid]
     while todo:
         for c in children.get(todo.pop(), []):

@@ -30,7 +30,7 @@ def encode(rec: CallRecord) -> bytes:
     meta, chunks, offset = {}, [], 0
     for k, t in rec.outputs.items():
         t = t.detach().to("cpu").contiguous()
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""       # a view: one copy, in join
         meta[k] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "offset": offset, "nbytes": len(raw)}
         chunks.append(raw)
         offset += len(raw)
