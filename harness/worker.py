@@ -99,9 +99,11 @@ class Process:
         judge, judge_child = socket.socketpair()
         env = dict(env)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # -P: the current directory is not put first on the path, so a `harness` folder there (another
+        # checkout's) is never the worker's harness; the command sends its own path, plug-ins included
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.pipeline.serve", str(impl_child.fileno()), str(judge_child.fileno()),
-             str(os.getpid())], pass_fds=(impl_child.fileno(), judge_child.fileno()), stdin=subprocess.DEVNULL,
+            [sys.executable, "-P", "-m", "harness.pipeline.serve", str(impl_child.fileno()),
+             str(judge_child.fileno()), str(os.getpid())], pass_fds=(impl_child.fileno(), judge_child.fileno()), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         impl_child.close()
         judge_child.close()
