@@ -53,6 +53,8 @@ def worst_flats(c: Comparison, top: int) -> list[int]:
     if k == 0:
         return []
     first = c.reduced.worst_flat
+    if k == 1:                                      # a sweep's every check: no top-k to sort
+        return [first]
     rest = [int(i) for i in torch.topk(key, min(k + 1, key.numel())).indices if int(i) != first]
     return [first] + rest[:k - 1]
 
