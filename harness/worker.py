@@ -3,9 +3,9 @@ whatever the implementation does — raise, sys.exit or os._exit, abort, segfaul
 memory, detach a process of its own — the sweep records an `error` row naming it and goes on with a
 fresh worker.
 
-A worker is two processes (harness.pipeline.serve): the implementation's, and the judge it forks
-before any implementation's code runs. Both import torch and the harness once and then run pair
-after pair for as long as the command sends them, so the cost of isolation is one process start per
+A worker is two processes (harness.pipeline.serve): the judge, and the implementation's process it
+forks before anything runs, in a session of its own. They import torch and the harness once and then
+run pair after pair for as long as the command sends them, so the cost of isolation is one process start per
 sweep and per crash, not per pair; the command line starts the first workers before it imports
 anything heavy itself (prespawn), so that their imports overlap its own. The command talks to each
 over its own socket pair: it pickles what it sends (it is trusted), reads the implementation's
@@ -91,8 +91,9 @@ _SPARE: list[tuple[dict, "Process"]] = []
 
 
 class Process:
-    """One worker's processes, as the command sees them: the implementation's process (its
-    session leader), the two sockets, and the thread that drains its output onto our stderr."""
+    """One worker's processes, as the command sees them: the judge (the process started, a session
+    leader, and the implementation's process's parent), the two sockets, and the thread that
+    drains their output onto our stderr."""
 
     def __init__(self, env: dict):
         impl, impl_child = socket.socketpair()
@@ -108,12 +109,24 @@ class Process:
         impl_child.close()
         judge_child.close()
         self.impl, self.judge = Connection(impl.detach()), Connection(judge.detach())
-        self.judge_pid: int | None = None
+        self.impl_pid: int | None = None
         threading.Thread(target=_drain, args=(self.proc.stdout,), name="worker-output", daemon=True).start()
 
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def impl_ended(self) -> int | None:
+        """How the implementation's process ended (Popen.returncode's convention), from the judge,
+        its parent; None where that cannot be learnt."""
+        try:
+            self.judge.send(("reap",))
+            if self.judge.poll(30):
+                kind, *code = self.judge.recv()
+                return code[0] if kind == "exit" else None
+        except (EOFError, OSError, ValueError):
+            pass
+        return None
 
     def end(self) -> int | None:
         """Kill every process of the worker's tree and group; reap it; its exit status."""
@@ -257,7 +270,7 @@ class Worker:
             why = said.decode(errors="replace") if said != b"ready" else payload[0]
             self.stop()
             return f"the worker could not start: {why}"
-        self.p.judge_pid = payload[0]
+        self.p.impl_pid = payload[1]
         return None
 
     def run(self, case, impl, timeout: float):
@@ -267,8 +280,9 @@ class Worker:
         as its --impl text (resolved again in the worker) unless it has none (an API factory:
         pickled); the judge gets its declaration."""
         from harness.pipeline.judge import declaration
-        if self.p is not None and self.p.proc.poll() is not None:      # not this pair's doing
-            why = describe_exit(self._end())
+        if self.p is not None and (self.p.proc.poll() is not None or self.p.impl.poll(0)):    # not this pair's doing
+            why = describe_exit(self.p.impl_ended() if self.p.proc.poll() is None else self.p.proc.returncode)
+            self._end()
             if self.log:
                 self.log(f"harness: warning: a worker died between pairs, after {self.last}: {why}")
         if self.p is None:
@@ -285,8 +299,11 @@ class Worker:
                 return None, f"timed out after {timeout:g} s (--timeout); the worker was killed"
             record = p.impl.recv_bytes()                 # bytes: never unpickled here
         except (EOFError, OSError):
-            return None, describe_exit(self._end())
+            why = describe_exit(p.impl_ended())
+            self._end()
+            return None, why
         try:
+            p.judge.send(("record",))
             p.judge.send_bytes(record)
             if not p.judge.poll(timeout):
                 self.stop()

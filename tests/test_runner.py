@@ -211,8 +211,8 @@ def test_describe_exit():
 
 
 def test_worker_dies_with_its_parent(tmp_path):
-    """A process that starts a worker and is then killed with SIGKILL takes the worker with it,
-    and the worker its judge."""
+    """A process that starts a worker and is then killed with SIGKILL takes the worker (its judge)
+    with it, and the judge the implementation's process."""
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
@@ -220,21 +220,21 @@ def test_worker_dies_with_its_parent(tmp_path):
         "from harness.worker import Worker\n"
         "w = Worker(Settings('cpu'))\n"
         "assert w.start() is None\n"
-        "print(w.pid, w.p.judge_pid, flush=True)\n"
+        "print(w.pid, w.p.impl_pid, flush=True)\n"
         "time.sleep(600)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1])]
                                                       + [os.environ.get("PYTHONPATH", "")]))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
-        pid, judge = map(int, p.stdout.readline().split())
-        assert running(pid) and running(judge) and judge != pid
+        pid, impl = map(int, p.stdout.readline().split())
+        assert running(pid) and running(impl) and impl != pid
         p.kill()
         p.wait()
         import time
         end = time.time() + 15
-        while (running(pid) or running(judge)) and time.time() < end:
+        while (running(pid) or running(impl)) and time.time() < end:
             time.sleep(0.1)
-        assert not running(pid) and not running(judge)
+        assert not running(pid) and not running(impl)
     finally:
         if p.poll() is None:
             p.kill()

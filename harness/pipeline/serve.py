@@ -1,16 +1,20 @@
 """What a worker process runs (`python -m harness.pipeline.serve IMPL_FD JUDGE_FD PARENT_PID`,
 started by harness.worker): two processes, one per side of the pipeline.
 
-It imports torch and the harness, then forks before it has run any implementation's code. The
-child is the judge (harness.pipeline.judge): it keeps the judging socket, closes the other, and
-never imports an implementation. The parent closes the judging socket and becomes the
-implementation's process (harness.pipeline.call): it imports the implementations and runs their
-calls, and is a child subreaper, so that a descendant a plug-in detaches (setsid, fork) stays in
-its tree, where harness.worker finds and ends it. The judge dies with it (the parent-death signal).
+It imports torch and the harness, then forks before it has computed anything. The process itself
+is the judge (harness.pipeline.judge): it keeps the judging socket and never imports an
+implementation. The child closes the judging socket, starts a session of its own (what a plug-in
+signals there — killpg(0) — stays there) and becomes the implementation's process
+(harness.pipeline.call): it imports the implementations and runs their calls, and is a child
+subreaper, so that a descendant a plug-in detaches (setsid, fork) stays in its tree, where
+harness.worker finds and ends it. It dies with the judge (the parent-death signal); the judge
+outlives it, and tells the command how it ended. Being its parent, the judge cannot be ptraced by
+it (Linux's Yama default), and a crash of a pair's calls cannot take a verdict the judge owes with it.
 
 Messages from the command's process (which is trusted) are pickled; what the implementation's
 process sends is bytes — b"ready", then a CallRecord per pair (harness.pipeline.wire) — which the
-command forwards to the judge unread. The judge answers each pair with its PairResult."""
+command forwards to the judge unread, behind a ("record",) message. The judge answers each pair
+with its PairResult."""
 from __future__ import annotations
 
 import os
@@ -84,7 +88,10 @@ def implementation_loop(conn: Connection) -> int:
         conn.send_bytes(encode(rec))
 
 
-def judge_loop(conn: Connection) -> int:
+def judge_loop(conn: Connection, child: int) -> int:
+    """Messages in order: ("pair", case, declaration) — its references start at once, while the
+    calls run; ("record",) and the record's bytes — the pair's PairResult back; ("reap",) — the
+    implementation's process ended: its exit status back (as Popen.returncode), and this loop ends."""
     from harness.pipeline.call import CallRecord
     from harness.pipeline.judge import Judge
     from harness.pipeline.wire import WireError, decode
@@ -97,24 +104,28 @@ def judge_loop(conn: Connection) -> int:
     except BaseException as e:
         conn.send(("crash", escaped(e)))
         return 1
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", os.getpid(), child))
+    case = impl = None
     while True:
         try:
             msg = conn.recv()
+            if msg[0] == "record":
+                raw = conn.recv_bytes()
         except EOFError:
             return 0
         if msg[0] == "exit":
             return 0
-        _, case, impl = msg
-        try:                                   # started before the record arrives: overlaps the calls
-            if impl.unsupported(case) is None:     # the declared variants only: it holds no `supports`
-                judge.references(case, impl)
-        except Exception:                      # noqa: BLE001 — raised again, and reported, in judge()
-            pass
-        try:
-            raw = conn.recv_bytes()
-        except EOFError:
+        if msg[0] == "reap":
+            conn.send(("exit", os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])))
             return 0
+        if msg[0] == "pair":
+            _, case, impl = msg
+            try:                               # started before the record arrives: overlaps the calls
+                if impl.unsupported(case) is None:     # the declared variants only: it holds no `supports`
+                    judge.references(case, impl)
+            except Exception:                  # noqa: BLE001 — raised again, and reported, in judge()
+                pass
+            continue
         try:
             try:
                 rec = decode(raw)
@@ -141,12 +152,14 @@ def main(impl_fd: int, judge_fd: int, parent: int) -> int:
         judge.send(("crash", escaped(e)))
         return 1
     me = os.getpid()
-    if os.fork() == 0:                         # the judge: no implementation's code has run here
-        impl.close()
+    child = os.fork()
+    if child == 0:                             # the implementation's process
+        judge.close()
+        os.setsid()
         die_with_parent(me)
-        return judge_loop(judge)
-    judge.close()
-    return implementation_loop(impl)
+        return implementation_loop(impl)
+    impl.close()                               # the judge: no implementation's code runs here
+    return judge_loop(judge, child)
 
 
 if __name__ == "__main__":
