@@ -116,7 +116,7 @@ def key_queue(todo: list) -> "queue.SimpleQueue":
     return q
 
 
-def _next_pairs(q: "queue.SimpleQueue"):
+def _next_groups(q: "queue.SimpleQueue"):
     """The (case, impls) of key after key, until no key is left."""
     while True:
         try:
@@ -181,26 +181,26 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
             if progress:
                 progress(state["done"], total, f"{r.impl.name} {r.case.label}", rows)
 
+    def pairs(items):
+        for case, impls in items:
+            for impl in impls:
+                if failed:
+                    return
+                yield case, impl
+
     def inline(mine) -> None:
         pipe = Pipeline(sw.settings, "inline", sw.timeout, log=log)
-        for case, impls in mine:
-            for impl in impls:
-                record(pipe.run(case, impl))
+        for r in pipe.run_many(pairs(mine)):
+            record(r)
 
     def isolated_worker(k: int) -> None:
         pipe = Pipeline(sw.settings, "process", sw.timeout, env=envs[k], on_start=rd.note_worker, log=log)
         pipes.append(pipe)
         try:
-            for case, impls in _next_pairs(pending):
-                for impl in impls:
-                    if failed:
-                        return
-                    r = pipe.run(case, impl)
-                    if failed:                  # interrupted: the pair's end is the harness's doing
-                        return
-                    if sw.settings.device.startswith("cuda") and r.status == "error":
-                        pipe.restart()      # a CUDA error poisons the context: the next pair gets a new one
-                    record(r)
+            for r in pipe.run_many(pairs(_next_groups(pending))):
+                if failed:                  # interrupted: the pair's end is the harness's doing
+                    return
+                record(r)
         except BaseException as e:            # a harness bug: stop, keep what is written
             failed.append(e)
         finally:

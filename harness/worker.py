@@ -1,22 +1,20 @@
-"""Isolated workers, the command's side: each (case, implementation) pair runs in a worker, so that
+"""Isolated workers, their processes: each (case, implementation) pair runs in a worker, so that
 whatever the implementation does — raise, sys.exit or os._exit, abort, segfault, hang, exhaust
 memory, detach a process of its own — the sweep records an `error` row naming it and goes on with a
-fresh worker.
+fresh worker (the pairs' protocol: harness.pipeline.remote).
 
 A worker is two processes (harness.pipeline.serve): the judge, and the implementation's process it
-forks before anything runs, in a session of its own. They import torch and the harness once and then
-run pair after pair for as long as the command sends them, so the cost of isolation is one process start per
-sweep and per crash, not per pair; the command line starts the first workers before it imports
-anything heavy itself (prespawn), so that their imports overlap its own. The command talks to each
-over its own socket pair: it pickles what it sends (it is trusted), reads the implementation's
-process only as bytes (never unpickled) and forwards its record to the judge, whose PairResult it
-keeps. A worker runs in a session of its own and its output goes to a pipe the command drains onto
-its standard error (a chatty plug-in cannot garble the summary, and a process it detaches holds
-that pipe, never the caller's). Stopping a worker ends every process of its tree — the
-implementation's process is a child subreaper, so a detached grandchild is in it — and its process
-group; a worker is the kernel's first choice when memory runs out, and dies with its parent
-(Linux's parent-death signal), so no worker outlives an interrupted or killed sweep. A pair's
---timeout counts from sending it, not from the worker's start."""
+forks before anything runs, in a session of its own. They import torch and the harness once and
+then run pair after pair for as long as the command sends them, so the cost of isolation is one
+process start per sweep and per crash, not per pair; the command line starts the first workers
+before it imports anything heavy itself (prespawn), so that their imports overlap its own. The
+command talks to each over its own socket pair. A worker runs in a session of its own and its
+output goes to a pipe the command drains onto its standard error (a chatty plug-in cannot garble
+the summary, and a process it detaches holds that pipe, never the caller's). Stopping a worker
+ends every process of its tree — the implementation's process is a child subreaper, so a detached
+grandchild is in it — and its process groups; a worker is the kernel's first choice when memory
+runs out, and dies with its parent (Linux's parent-death signal), so no worker outlives an
+interrupted or killed sweep."""
 from __future__ import annotations
 
 import atexit
@@ -28,7 +26,7 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Callable, NoReturn
+from typing import NoReturn
 
 DEFAULT_TIMEOUT = 600.0          # seconds a pair may take (first calls compile and autotune)
 # Seconds a new worker may take to import torch and the harness before it counts as broken; not
@@ -223,107 +221,6 @@ def drop_spares() -> None:
 
 
 atexit.register(drop_spares)
-
-
-class WorkerStartError(RuntimeError):
-    """A worker process could not start (before any implementation's code ran): the harness's or
-    the environment's problem, never a row."""
-
-
-class Worker:
-    """The command's handle on one worker. `on_start(pid)` is called for every worker it starts (the
-    run directory's lock file lists them; a worker's judge is its child and dies with it); `log(line)` hears of a worker that died
-    between pairs (a thread of the last pair's implementation, say), which no row can carry.
-    `pinned` (top-level package, import roots): the implementation's process imports that package
-    from those roots only (harness bisect)."""
-
-    def __init__(self, settings, env: dict | None = None, on_start: Callable[[int], None] | None = None,
-                 log: Callable[[str], None] | None = None, pinned: tuple[str, list[str]] | None = None):
-        self.settings, self.env, self.on_start, self.log, self.pinned = settings, env, on_start, log, pinned
-        self.p: Process | None = None
-        self.last = ""                                  # the last pair it ran, for that line
-
-    @property
-    def pid(self) -> int | None:
-        return self.p.pid if self.p is not None else None
-
-    def start(self) -> str | None:
-        """Start a worker (or take a spare one started with the same environment) and wait until
-        both its processes are ready; None, or why it could not start."""
-        env = dict(os.environ if self.env is None else self.env)
-        spare = next((k for k, (e, p) in enumerate(_SPARE) if e == env and p.proc.poll() is None), None)
-        self.p = _SPARE.pop(spare)[1] if spare is not None else Process(env)
-        if self.on_start is not None:
-            self.on_start(self.p.pid)
-        try:
-            # the command's import path: a plug-in or API factory found there is found by the worker too
-            self.p.impl.send(("settings", self.settings, list(sys.path), self.pinned))
-            self.p.judge.send(("settings", self.settings))
-            if not (self.p.impl.poll(START_TIMEOUT) and self.p.judge.poll(START_TIMEOUT)):
-                self.stop()
-                return f"the worker did not start within {START_TIMEOUT:g} s"
-            said = self.p.impl.recv_bytes()
-            kind, *payload = self.p.judge.recv()
-        except (EOFError, OSError):
-            return "the worker died while starting: " + describe_exit(self._end())
-        if said != b"ready" or kind != "ready":
-            why = said.decode(errors="replace") if said != b"ready" else payload[0]
-            self.stop()
-            return f"the worker could not start: {why}"
-        self.p.impl_pid = payload[1]
-        return None
-
-    def run(self, case, impl, timeout: float):
-        """(the pair's PairResult, None), or (None, why) when the worker died or hung on the pair
-        (it is then stopped; the next call starts a new one). `timeout` counts from sending the
-        pair, for the implementation's calls and again for the judging. The implementation travels
-        as its --impl text (resolved again in the worker) unless it has none (an API factory:
-        pickled); the judge gets its declaration."""
-        from harness.pipeline.judge import declaration
-        if self.p is not None and (self.p.proc.poll() is not None or self.p.impl.poll(0)):    # not this pair's doing
-            why = describe_exit(self.p.impl_ended() if self.p.proc.poll() is None else self.p.proc.returncode)
-            self._end()
-            if self.log:
-                self.log(f"harness: warning: a worker died between pairs, after {self.last}: {why}")
-        if self.p is None:
-            why = self.start()
-            if why is not None:
-                raise WorkerStartError(f"could not start a worker process: {why}")
-        self.last = f"{impl.name} {case.case_id} [{case.label}]"
-        p = self.p
-        try:
-            p.judge.send(("pair", case, declaration(impl)))
-            p.impl.send(("pair", case, impl.spec if impl.spec else impl))
-            if not p.impl.poll(timeout):
-                self.stop()
-                return None, f"timed out after {timeout:g} s (--timeout); the worker was killed"
-            record = p.impl.recv_bytes()                 # bytes: never unpickled here
-        except (EOFError, OSError):
-            why = describe_exit(p.impl_ended())
-            self._end()
-            return None, why
-        try:
-            p.judge.send(("record",))
-            p.judge.send_bytes(record)
-            if not p.judge.poll(timeout):
-                self.stop()
-                return None, f"the judging of the pair took over {timeout:g} s (--timeout); the worker was killed"
-            kind, payload = p.judge.recv()
-        except (EOFError, OSError):
-            return None, "the judging process ended: " + describe_exit(self._end())
-        if kind == "result":
-            return payload, None
-        self.stop()                 # the pair escaped the judge's own handling: a fresh worker next
-        return None, payload
-
-    def _end(self) -> int | None:
-        p, self.p = self.p, None
-        return None if p is None else p.end()
-
-    def stop(self) -> None:
-        """Kill the worker and everything it started (nothing of an implementation outlives it),
-        and reap it."""
-        self._end()
 
 
 def exit_now(code: int) -> NoReturn:

@@ -217,7 +217,7 @@ def test_worker_dies_with_its_parent(tmp_path):
     script.write_text(
         "import sys, time\n"
         "from harness.pipeline.settings import Settings\n"
-        "from harness.worker import Worker\n"
+        "from harness.pipeline.remote import Worker\n"
         "w = Worker(Settings('cpu'))\n"
         "assert w.start() is None\n"
         "print(w.pid, w.p.impl_pid, flush=True)\n"
@@ -279,11 +279,12 @@ def test_nan_values_round_trip(tmp_path):
 
 def test_a_prespawned_worker_is_taken_and_spares_are_dropped():
     from harness import worker as W
+    from harness.pipeline.remote import Worker
     env = W.sweep_envs(1, None)[0]
     W.prespawn([env, env])
     pids = [p.pid for _, p in W._SPARE]
     try:
-        w = W.Worker(Settings("cpu"), env)
+        w = Worker(Settings("cpu"), env)
         assert w.start() is None and w.pid in pids             # a spare, not a new process
         w.stop()
     finally:

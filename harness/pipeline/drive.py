@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 from harness.analysis.result import PairResult
 from harness.cases.case import Case
@@ -38,7 +38,8 @@ def isolated(impl: Implementation, isolate: str) -> bool:
 
 
 class Pipeline:
-    """Runs pairs with one Settings. `env`, `on_start`, `log`, `pinned`: the worker's (harness.worker.Worker)."""
+    """Runs pairs with one Settings. `env`, `on_start`, `log`, `pinned`: the worker's
+    (harness.pipeline.remote.Worker)."""
 
     def __init__(self, settings: Settings, isolate: str = "auto", timeout: float = DEFAULT_TIMEOUT,
                  env: dict | None = None, on_start: Callable | None = None, log: Callable[[str], None] | None = None,
@@ -49,24 +50,46 @@ class Pipeline:
         self._judge = None
 
     def run(self, case: Case, impl: Implementation) -> PairResult:
-        t0 = time.perf_counter()
-        if isolated(impl, self.isolate):
-            result = self._isolated(case, impl)
-        else:
-            result = self._inline(case, impl)
-        return replace(result, pair_seconds=time.perf_counter() - t0)
+        return next(self.run_many([(case, impl)]))
 
-    def _isolated(self, case: Case, impl: Implementation) -> PairResult:
+    def run_many(self, pairs: Iterable[tuple[Case, Implementation]]) -> Iterator[PairResult]:
+        """Each pair's result, in order, `pairs` read as they are needed; a stretch of isolated
+        ones pipelined through the worker (the next pair's calls while the judge checks the one
+        before: harness.pipeline.remote)."""
+        pairs = iter(pairs)
+        inline: list = []
+
+        def stretch(first):
+            yield first
+            for pair in pairs:
+                if not isolated(pair[1], self.isolate):
+                    inline.append(pair)                # ends the stretch; run below
+                    return
+                yield pair
+        for pair in pairs:
+            if isolated(pair[1], self.isolate):
+                yield from self._isolated(stretch(pair))
+            else:
+                inline.append(pair)
+            while inline:
+                case, impl = inline.pop()
+                t0 = time.perf_counter()
+                yield replace(self._inline(case, impl), pair_seconds=time.perf_counter() - t0)
+
+    def _isolated(self, pairs: Iterator) -> Iterator[PairResult]:
         from harness.pipeline.judge import unmeasured_result
-        from harness.worker import Worker
+        from harness.pipeline.remote import Worker
         if self._worker is None:
             self._worker = Worker(self.s, **self._worker_args)
-        result, why = self._worker.run(case, impl, self.timeout)
-        if result is None:
-            if self.log:
-                self.log(f"harness: {impl.name} {case.case_id} [{case.label}]: {why}")
-            result = unmeasured_result(case, impl, self.s, "error", why)
-        return result
+        t0 = time.perf_counter()
+        for case, impl, result, why in self._worker.run_many(pairs, self.timeout):
+            if result is None:
+                if self.log:
+                    self.log(f"harness: {impl.name} {case.case_id} [{case.label}]: {why}")
+                result = unmeasured_result(case, impl, self.s, "error", why)
+            t1 = time.perf_counter()
+            yield replace(result, pair_seconds=t1 - t0)
+            t0 = t1
 
     def _inline(self, case: Case, impl: Implementation) -> PairResult:
         from harness.pipeline.call import run_calls
@@ -83,11 +106,6 @@ class Pipeline:
             if self.log:
                 self.log(f"harness: {impl.name} {case.case_id} [{case.label}]: {why}")
             return unmeasured_result(case, impl, self.s, "error", why)
-
-    def restart(self) -> None:
-        """A fresh worker for the next pair (a CUDA error poisons its context)."""
-        if self._worker is not None:
-            self._worker.stop()
 
     def close(self) -> None:
         if self._worker is not None:

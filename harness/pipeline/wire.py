@@ -72,6 +72,16 @@ def _names(v, allowed, what: str) -> dict:
     return v
 
 
+def status_of(data: bytes) -> str:
+    """A record's status ("" where it is not a record): what the command reads of one, as JSON."""
+    try:
+        (n,) = struct.unpack(">Q", data[4:12])
+        status = json.loads(data[12:12 + n]).get("status", "") if data[:4] == MAGIC else ""
+    except (ValueError, struct.error, AttributeError, UnicodeDecodeError):
+        return ""
+    return status if isinstance(status, str) else ""
+
+
 def decode(data: bytes | bytearray) -> CallRecord:
     _want(len(data) >= 12 and bytes(data[:4]) == MAGIC, "not a call record")
     (n,) = struct.unpack(">Q", bytes(data[4:12]))
