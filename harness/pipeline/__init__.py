@@ -8,4 +8,5 @@ Two sides, kept apart:
   judge  the case's own inputs and references (once per case, shared by its implementations) and
          the checks; in a process that never runs implementation code.
 settings (what a run's pairs share), wire (a call record as bytes: no pickle from the
-implementation's side), serve (the worker's two processes), fpenv (flush-to-zero), drive (Pipeline)."""
+implementation's side), serve (the worker's two processes), remote (the command's side of a worker:
+pairs in, results out, pipelined), fpenv (flush-to-zero), drive (Pipeline)."""

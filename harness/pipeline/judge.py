@@ -3,8 +3,8 @@ implementation side's, never a copy that passed through it), the references comp
 once per case and activation dtype, shared by every implementation of the case, and started as
 soon as the pair is announced so that they overlap the implementation's calls — and the checks of
 the first call's outputs (harness.analysis.check). It runs in a process that never imports or runs
-implementation code (harness.worker forks it before any), in a floating-point environment it checks
-before reference work."""
+implementation code (harness.pipeline.serve: the implementation's process is its child, forked
+before anything ran), in a floating-point environment it checks before reference work."""
 from __future__ import annotations
 
 import time
