@@ -4,9 +4,10 @@ overrides from a budget file, and `budgets regen`.
 Against a *model* reference (an interval that already holds the float32 noise) a correct
 implementation is off by its own final rounding alone: half an ULP, for every output. Against the
 *exact* value: the final rounding (0.5 ULP for y — 1 ULP where declared roundings can carry y
-across a power of two — and 1 in the scaled error for dx, dgate, dweight), plus the declared points' roundings (RoundingModel.relative_terms) and the float32 noise on the
+across a power of two — and 1 in the scaled error for dx, dgate, dweight), plus the declared points' roundings (RoundingModel.relative_terms) and the float32 noise of the declared math class on the
 output's path (references.models.noise.exact_path_noise), in units of the output's u, per case; in
-the extreme regime the exact errors are reported and not gated."""
+the extreme regime the exact errors are reported and not gated. (What a class adds per element —
+a fast exp's |t| — widens the exact value itself: references.models.reference.exact_allowance.)"""
 from __future__ import annotations
 
 import csv
@@ -18,6 +19,7 @@ from pathlib import Path
 from harness.references.errors import UsageError
 from harness.references.exact import OUTPUTS
 from harness.references.formats import FORMATS, Format
+from harness.references.mathclass import ACCURATE, MathClass
 from harness.references.metrics import gated_metric, get, registry
 from harness.references.models import RoundingModel, resolve
 from harness.references.models.noise import U32, exact_path_noise
@@ -43,7 +45,7 @@ def reference_kind(reference: str) -> str:
 
 def default_budget(output: str, reference: str, model: RoundingModel, out: Format, act: Format,
                    promoted: Format, group: int, tokens: int, norm_before_gate: bool,
-                   regime: str = "normal") -> Budget:
+                   regime: str = "normal", mc: MathClass = ACCURATE) -> Budget:
     kind = reference_kind(reference)
     metric = gated_metric(output, kind)
     value = get(metric).final_rounding
@@ -58,7 +60,7 @@ def default_budget(output: str, reference: str, model: RoundingModel, out: Forma
             # the declared roundings can carry a value just below a power of two into the next
             # binade, where the final rounding's half ULP is a whole ULP of the exact value's binade
             value *= 2
-        value += terms / out.u + exact_path_noise(output, norm_before_gate, group, tokens) * U32 / out.u
+        value += terms / out.u + exact_path_noise(output, norm_before_gate, group, tokens, mc) * U32 / out.u
     return Budget(metric, value, "default")
 
 

@@ -308,3 +308,49 @@ chain_declared_fused = _mutant("chain_declared_fused", GatedRMSNorm, "rounds bet
 def spec(name: str) -> str:
     """The --impl text that loads mutant `name` (in a worker process too)."""
     return f"{name}=harness.mutants:{name.replace('-', '_')}"
+
+
+# ---- math-class mutants (issue 26): the fast-math emulation of harness/impls/fastmath.py, broken
+# beyond the fast class's bounds or declared at a class it does not realise --------------------------
+
+from harness.impls.fastmath import FastMath, emulation  # noqa: E402
+from harness.references.mathclass import LOG2E_F32  # noqa: E402
+
+
+class _ExpArgumentInBf16(FastMath):
+    """exp's argument t * log2(e) rounded to bf16: relative error |t| 2^-9, beyond |t| u32."""
+    def exp(self, t):
+        return self.q(torch.exp2((t * LOG2E_F32).to(torch.bfloat16).float()))
+
+
+class _ExpCubic(FastMath):
+    """exp2 as 2^floor(a) times a cubic in the fraction (a hand-rolled fast sigmoid's exp): relative
+    error up to ~1e-4, where ex2.approx keeps 2 ulp."""
+    def exp(self, t):
+        a = self.q(t * LOG2E_F32)
+        k = torch.floor(a)
+        f = a - k
+        return self.q(torch.ldexp(1 + f * (0.6951786 + f * (0.2261105 + f * 0.0786993)), k))
+
+
+def _math_mutant(attr: str, math: FastMath, bug: str, declared: str = "fast", ftz: bool = False):
+    """A fused fast-math emulation named `attr`, declaring `declared` math (and `ftz`)."""
+    make = emulation(math)
+    make.__name__ = make.__qualname__ = attr
+    make.rounding, make.math, make.ftz, make.__doc__ = "fused", declared, ftz, bug
+    MUTANTS[attr.replace("_", "-")] = make
+    return make
+
+
+fast_math_declared_accurate = _math_mutant(
+    "fast_math_declared_accurate", FastMath(ftz=False), "fast math (exp as exp2 of the float32-rounded "
+    "t log2 e: Triton's tl.exp), but declares accurate", declared="accurate")
+ftz_declared_without_ftz = _math_mutant(
+    "ftz_declared_without_ftz", FastMath(ftz=True), "flushes float32 subnormals to zero (.ftz, "
+    "-use_fast_math), but declares no FTZ")
+exp_argument_in_bf16 = _math_mutant(
+    "exp_argument_in_bf16", _ExpArgumentInBf16(ftz=False), "exp's argument t log2 e rounded to bf16 before "
+    "ex2: beyond the fast class")
+sigmoid_cubic_exp2 = _math_mutant(
+    "sigmoid_cubic_exp2", _ExpCubic(ftz=False), "sigmoid from a cubic approximation of exp2 (relative "
+    "error ~1e-4): beyond the fast class")

@@ -120,7 +120,7 @@ def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override
         if row["status"] in ("error", "skip") or out not in outcome.outputs:
             continue
         fmt = fmt_of(out_format_name(case, act.name, out))
-        lo, hi, gauge = interval(refs, row["reference"], impl.rounding, act, out)     # what check() measured
+        lo, hi, gauge = interval(refs, row["reference"], impl.rounding, act, out, impl.math)   # what check() measured
         c = compare(outcome.outputs[out], lo, hi, gauge, fmt, row["budget_metric"], row["budget"], out)
         golden = refs.certified(out, fmt).golden
         r.elements[k] = explain(c, refs.inputs, out, lo, hi, refs.values[out], golden, worst_flats(c, top), fmt.dtype)
@@ -129,7 +129,7 @@ def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override
 
 def format_replay(r: Replay) -> str:
     lines = [f"case {r.case.case_id} [{r.case.regime}] {r.case.label}",
-             f"impl {r.impl.name} ({r.impl.rounding.name}) on {r.device}"]
+             f"impl {r.impl.name} ({r.impl.rounding.name}, {r.impl.math.label} math) on {r.device}"]
     for k, row in enumerate(r.rows):
         head = f"{row['output']:7s} vs {row['reference']:12s} {row['status'].upper():5s}"
         if row["status"] in ("error", "skip"):

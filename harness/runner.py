@@ -130,7 +130,7 @@ def _next_pairs(q: "queue.SimpleQueue"):
 
 def expected_checks(impls: list[Implementation], models=()) -> dict[str, set]:
     """Per implementation, the (output, reference) of every row one of its pairs has."""
-    return {i.name: {(o, ref) for o in OUTPUTS for ref, _ in references_of(i, models)} for i in impls}
+    return {i.name: {(o, ref) for o in OUTPUTS for ref, *_ in references_of(i, models)} for i in impls}
 
 
 # harness.analysis.compare's over-budget reason: "OUTPUT METRIC error VALUE > budget BUDGET ..."
@@ -190,6 +190,8 @@ def resume_rows(sw: "Sweep") -> pd.DataFrame:
         planned = {(c.case_id, i.name) for c in sw.cases for i in sw.impls}
         same = [(c, i) in planned for c, i in zip(kept["case_id"], kept["impl"])]
         same = pd.Series(same, index=kept.index) & (kept["device"].astype(str) == sw.settings.device)
+        if "math" in kept.columns:      # measured at the math class this run judges at
+            same &= kept["math"].astype(str) == kept["impl"].map({i.name: i.math.label for i in sw.impls})
         if "schema_version" in kept.columns:
             same &= pd.to_numeric(kept["schema_version"], errors="coerce") == SCHEMA_VERSION
         if "harness_version" in kept.columns:

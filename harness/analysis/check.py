@@ -27,7 +27,7 @@ def base_row(case: Case, impl: Implementation, device: str, act_name: str) -> di
         "tokens": case.tokens, "zero_centered_gamma": case.zero_centered_gamma, "eps": case.eps,
         "x_dist": case.x_dist, "gate_dist": case.gate_dist, "gamma_dist": case.gamma_dist,
         "dy_dist": case.dy_dist, "seed": case.seed, "group_size": case.group,
-        "norm_before_gate": case.norm_before_gate,
+        "norm_before_gate": case.norm_before_gate, "math": impl.math.label,
     }
 
 
@@ -35,15 +35,19 @@ def out_format_name(case: Case, act_name: str, output: str) -> str:
     return {"y": act_name, "dx": case.dtype, "dgate": case.gate_dtype, "dweight": case.weight_dtype}[output]
 
 
-def references_of(impl: Implementation, models=()) -> list[tuple[str, object]]:
-    """(reference name, rounding model) of every check of a pair: the exact value, the declared
-    model, and the other models asked for (harness identify measures against every built-in)."""
+def references_of(impl: Implementation, models=()) -> list[tuple[str, object, object]]:
+    """(reference name, rounding model, math class) of every check of a pair: the exact value, the
+    declared model, and the other models asked for (harness identify measures against every built-in
+    at every math class: `MODEL@CLASS`, named `model:MODEL@CLASS` where the class is not the
+    implementation's own)."""
+    from harness.references.mathclass import split_model_key
     from harness.references.models import resolve
-    out = [("exact", impl.rounding), (f"model:{impl.rounding.name}", impl.rounding)]
+    out = [("exact", impl.rounding, impl.math), (f"model:{impl.rounding.name}", impl.rounding, impl.math)]
     for m in models:
-        model = resolve(m)
-        if model.name != impl.rounding.name:
-            out.append((f"model:{model.name}", model))
+        name, mc = split_model_key(m) if isinstance(m, str) else (m, None)
+        model, mc = resolve(name), mc or impl.math
+        if (model.name, mc) != (impl.rounding.name, impl.math):
+            out.append((f"model:{model.name}" + ("" if mc == impl.math else f"@{mc.label}"), model, mc))
     return out
 
 
@@ -52,20 +56,20 @@ def status_rows(case, impl, device, act_name, status: str, reason: str, models=(
     return [{**base_row(case, impl, device, act_name), "output": out,
              "out_dtype": out_format_name(case, act_name, out), "reference": ref,
              "budget_metric": gated_metric(out, ref), "status": status, "reason": reason}
-            for out in OUTPUTS for ref, _ in references_of(impl, models)]
+            for out in OUTPUTS for ref, _, _ in references_of(impl, models)]
 
 
 def budget_for(case: Case, impl: Implementation, out: str, kind: str, fmt, act, overrides, override_path):
     d = default_budget(out, kind, impl.rounding, fmt, act, promoted_format(fmt_of(case.weight_dtype), act),
-                       case.group, case.tokens, case.norm_before_gate, case.regime)
+                       case.group, case.tokens, case.norm_before_gate, case.regime, impl.math)
     return lookup(list(overrides), d, impl.name, impl.rounding.name, fmt.name, out, kind, case.regime,
                   override_path)
 
 
-def interval(refs: CaseReferences, reference: str, model, act, out: str):
-    """(lo, hi, gauge) of the reference a check measures against (`model`: its rounding model; the
-    exact value is widened by the model's absolute allowance)."""
-    return refs.exact_for(model, act, out) if reference == "exact" else refs.model(model, act, out)
+def interval(refs: CaseReferences, reference: str, model, act, out: str, mc):
+    """(lo, hi, gauge) of the reference a check measures against (`model`, `mc`: its rounding model
+    and math class; the exact value is widened by their absolute and per-element allowance)."""
+    return refs.exact_for(model, act, out, mc) if reference == "exact" else refs.model(model, act, out, mc)
 
 
 def check(case: Case, impl: Implementation, device: str, refs: CaseReferences, outcome: Outcome,
@@ -79,7 +83,7 @@ def check(case: Case, impl: Implementation, device: str, refs: CaseReferences, o
     rows = []
     for out in OUTPUTS:
         fmt = fmt_of(out_format_name(case, act.name, out))
-        for reference, model in references_of(impl, models):
+        for reference, model, mc in references_of(impl, models):
             kind = reference.split(":")[0]
             budget = budget_for(case, impl, out, kind, fmt, act, overrides, override_path)
             row = {**base_row(case, impl, device, act.name), "output": out, "out_dtype": fmt.name,
@@ -88,7 +92,7 @@ def check(case: Case, impl: Implementation, device: str, refs: CaseReferences, o
             if out in outcome.problems:
                 rows.append({**row, "status": "fail", "reason": outcome.problems[out]})
                 continue
-            lo, hi, gauge = interval(refs, reference, model, act, out)
+            lo, hi, gauge = interval(refs, reference, model, act, out, mc)
             c = compare(outcome.outputs[out], lo, hi, gauge, fmt, budget.metric, budget.value, out, row["reference"],
                         exact=refs.values[out] if kind == "model" else None)
             red = c.reduced
