@@ -98,7 +98,7 @@ def models(d: pd.DataFrame) -> dict:
             continue
         line = verdict_line(impl, f, own, own_math)
         if len(f[["model", "math"]].drop_duplicates()) == 1:
-            line += " (only one model and math class measured; harness identify measures every built-in model)"
+            line += " (only one model measured, at one math class; harness identify measures every built-in model at every class)"
         impls.append({"impl": impl, "declared": own, "declared_math": own_math, "line": line})
         for (dt, out), g in sort_keys(f, ["out_dtype", "output"]).groupby(["out_dtype", "output"], sort=False):
             cells = [_model_cell(g[g["model"] == name], name == own) for name in names]
@@ -116,7 +116,7 @@ def _model_cell(g: pd.DataFrame, declared: bool) -> tuple[str, str, str]:
     if len(ok):
         mc = least_class(ok["math"])
         r = ok[ok["math"] == mc].iloc[0]
-        return f"within, {mc}{star}", "c-ok", f"{r.passed} of {r.checks} passed at {mc} math"
+        return f"within ({mc}){star}", "c-ok", f"{r.passed} of {r.checks} passed at {mc} math"
     r = g[g["math"] == least_class(g["math"])].iloc[0]
     return (f"{r.checks - r.passed} of {r.checks} over{star}", "c-over",
             f"{r.passed} of {r.checks} passed at {r.math} math (no class measured fits)")

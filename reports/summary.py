@@ -17,7 +17,7 @@ SUMMARY_COLUMNS = KEYS + ["checks", "fail", "error", "skip", "metric", "worst", 
 ORDER = {"out_dtype": ["fp32", "bf16", "fp16"], "output": ["y", "dx", "dgate", "dweight"],
          "reference": ["exact"], "regime": ["normal", "extreme"]}
 TEXT = ("case_id", "impl", "output", "reference", "regime", "status", "budget_metric", "out_dtype", "label",
-        "reason", "replay", "rounding", "dtype")
+        "reason", "replay", "rounding", "dtype", "math")
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,5 +1,5 @@
-"""`harness identify` (SPEC §4): the model each built-in realises, found on its own; the one-line
-verdict and exit codes; an implementation that fits no single model named as such."""
+"""`harness identify` (SPEC §4): the model and math class each built-in realises, found on its own;
+the one-line verdict and exit codes; an implementation that fits no single model named as such."""
 from __future__ import annotations
 
 import pandas as pd
@@ -37,8 +37,8 @@ def test_identify_finds_the_model_of_each_builtin(impl, model, suite, tmp_path, 
                  "--no-report"]) == 0
     out = capsys.readouterr().out
     name = impl.split("=")[0]
-    assert out.strip().splitlines()[-1] == f"{name} realises {model}"
-    assert f"{name:24s} bf16  y        within budget of: {model}" in out
+    assert out.strip().splitlines()[-1] == f"{name} realises {model}, accurate math"
+    assert f"{name:24s} bf16  y        within budget of: {model} (accurate)" in out
     assert out.splitlines()[0].split()[:3] == ["implementation", "dtype", "output"]
 
 
@@ -61,10 +61,43 @@ def test_verdict_logic_on_hand_made_rows():
             rows.append({"impl": "k", "out_dtype": "bf16", "output": out, "reference": f"model:{model}",
                          "status": "pass" if ok else "fail"})
     df = pd.DataFrame(rows)
-    whole, none = realised(model_fits(df))
-    assert whole == [] and none == []                       # each output fits one model, none fits all
+    whole, mc, none = realised(model_fits(df))
+    assert whole == [] and mc == "" and none == []          # each output fits one model, none fits all
     code, lines = format_identify(df)
     assert code == 1 and "no one model fits all" in lines[-1]
     df2 = df.assign(status="pass")
     code, lines = format_identify(df2)
-    assert code == 0 and lines[-1] == "k realises chain = fused (the models coincide on these cases)"
+    assert code == 0 and lines[-1] == "k realises chain = fused (the models coincide on these cases), accurate math"
+
+
+def test_the_least_permissive_class_that_fits_is_named():
+    """Rows against `model:NAME` are at the row's own class; `model:NAME@CLASS` at that class. The
+    least permissive class at which a model fits every output is named, whatever was declared."""
+    rows = []
+    for ref, math, ok_y, ok_dg in (("model:fused", "fast", True, True), ("model:fused@accurate", "fast", True, False),
+                                   ("model:fused@accurate+ftz", "fast", False, True),
+                                   ("model:chain@fast+ftz", "fast", True, True)):
+        for out, ok in (("y", ok_y), ("dgate", ok_dg)):
+            rows.append({"impl": "k", "out_dtype": "fp32", "output": out, "reference": ref, "math": math,
+                         "status": "pass" if ok else "fail"})
+    fit = model_fits(pd.DataFrame(rows))
+    assert set(zip(fit["model"], fit["math"])) == {("fused", "fast"), ("fused", "accurate"),
+                                                   ("fused", "accurate+ftz"), ("chain", "fast+ftz")}
+    assert realised(fit) == (["fused"], "fast", [])
+    code, lines = format_identify(pd.DataFrame(rows))
+    assert code == 0 and lines[-1] == "k realises fused, fast math"
+    assert "fp32  dgate    within budget of: chain (fast+ftz), fused (accurate+ftz)" in "\n".join(lines)
+
+
+def test_identify_names_the_fast_class_of_the_fast_math_emulation(tmp_path, capsys):
+    """torch-fastmath (exp as exp2 of the float32-rounded t log2 e) fits fused only at `fast`: the
+    float32 outputs next to saturating gates tell it from accurate math (the bf16 case, fused from
+    the other models)."""
+    f = tmp_path / "s.toml"
+    f.write_text('[[group]]\ndtype = ["fp32", "bf16"]\ngate_dtype = ["fp32"]\nshape = [[8, 64]]\n'
+                 'gate_dist = ["saturating"]\n')
+    assert main(["identify", "--impl", "torch-fastmath@accurate", "--cases", str(f), "--device", "cpu",
+                 "--out", str(tmp_path / "o"), "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1] == "torch-fastmath realises fused, fast math"
+    assert "fp32  dgate    within budget of: fused (fast)" in out and "bf16  y        within budget of: fused (accurate)" in out

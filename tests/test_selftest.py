@@ -27,6 +27,10 @@ norm_before_gate = [true, false]
 dtype = ["bf16"]
 shape = [[512, 32]]
 dy_dist = ["ones"]
+[[case]]    # a float32 output next to saturating gates: tells the math classes apart
+dtype = "fp32"
+shape = [8, 64]
+gate_dist = "saturating"
 """
 
 
@@ -34,7 +38,8 @@ dy_dist = ["ones"]
 def report(tmp_path_factory):
     d = tmp_path_factory.mktemp("selftest")
     (d / "s.toml").write_text(SUITE)
-    return selftest(str(d / "s.toml"), "cpu", d / "out", correct=["torch", "torch-fused", "torch-xhat"])
+    return selftest(str(d / "s.toml"), "cpu", d / "out",
+                    correct=["torch", "torch-fused", "torch-xhat", "torch-fastmath", "torch-fastmath-ftz"])
 
 
 def test_every_mutant_caught_and_every_correct_builtin_passes(report):

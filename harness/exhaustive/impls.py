@@ -1,4 +1,7 @@
-"""The implementations under test: SiLUGate alone, (x, gate, dy) -> (y, dn, dgate) in the dtype."""
+"""The implementations under test: SiLUGate alone, (x, gate, dy) -> (y, dn, dgate) in the dtype.
+
+Every one computes with eager ATen (F.silu, aten.silu_backward on float32: libm's expf on the CPU,
+libdevice's on CUDA, IEEE division; no fast-math): the `accurate` math class (docs/budgets.md)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -48,6 +51,7 @@ def mutant_silu_lowp(x: torch.Tensor, g: torch.Tensor, dy: torch.Tensor):
     return y, dn, dgate
 
 
+MATH = "accurate"          # the math class of every pass here (the docstring says why)
 IMPLS: dict[str, tuple[str, Callable]] = {
     "torch": ("chain", torch_fast),
     "torch-fused": ("fused", torch_fast),       # SiLUGate alone: the same computation
