@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The GPU batch: run on the device machine (one H200) through the device tool, from the repository
-# root, with the wheels the image lacks in .whl/ (fla-core; see bench/RESULTS.md):
+# root, with the wheels the image lacks in .whl/ (fla-core, and mamba_ssm's pure wheel built as the
+# README says; see bench/RESULTS.md):
 #   bash bench/gpu.sh STAGE...
 # Stages (each logs to $OUT/log.txt with its command, exit code and wall time, the whole command
 # timed as a user types it):
 #   tests       the test files with CUDA paths (the references' passes, the adapters, exhaustive)
 #   exhaustive  `harness exhaustive` bf16 and fp16, the whole command cold and warm (bench_exhaustive.py)
-#   quick       quick on CUDA for torch, torch-compile, fla, fla-gated and the HF adapters
-#   identify    `harness identify` for every CUDA built-in and adapter
+#   quick       quick on CUDA for torch, torch-compile, fla, fla-gated, mamba and the HF adapters
+#   identify    `harness identify` for every CUDA built-in and adapter (model and math class)
+#   mamba       the Triton kernels (mamba, fla-gated, fla) through quick and full at their declared
+#               class (fast), then at `accurate` (expected to fail, naming the float32 outputs next to
+#               large gates)
 #   full-cold   full for torch, torch-compile, fla, --jobs 16, caches emptied first; full-warm: again
 #   speed       speed beside accuracy at 8192x4096 bf16 (bench/bench_speed.py)
 #   reference   the float64 reference pass against the bandwidth floor (bench/bench_reference.py)
@@ -31,7 +35,7 @@ fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; date -u
   python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
   python3 -c 'import sys; print("dont_write_bytecode", sys.dont_write_bytecode)'
-  python3 -c 'import importlib.metadata as m; print(*[f"{p} {m.version(p)}" for p in ("fla-core", "transformers", "mpmath")])' 2>&1
+  python3 -c 'import importlib.metadata as m; print(*[f"{p} {m.version(p)}" for p in ("fla-core", "mamba_ssm", "einops", "transformers", "mpmath")])' 2>&1
 } >> "$LOG"
 
 step() {  # step NAME SECONDS CMD...: the command's output to the log, its exit code and wall time
@@ -42,7 +46,9 @@ step() {  # step NAME SECONDS CMD...: the command's output to the log, its exit 
   echo "== $name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $s, 1))") s" | tee -a "$LOG"
 }
 cold() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
-CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
+CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl mamba --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
+TRITON_IMPLS="--impl mamba --impl fla-gated --impl fla"
+TRITON_ACCURATE="--impl mamba@accurate --impl fla-gated@accurate --impl fla@accurate"
 
 for stage in "$@"; do
   case $stage in
@@ -53,10 +59,18 @@ for stage in "$@"; do
              --device cuda --out "$OUT/ex-prof" ;;
     quick) step quick 600 python3 -m harness run $CUDA_IMPLS --cases quick --device cuda --jobs 8 \
              --out "$OUT/quick" --no-report ;;
-    identify) for i in torch torch-compile torch-compile-emulate fla fla-gated hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2; do
-        step "identify-$i" 150 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
+    identify) for i in torch torch-compile torch-compile-emulate fla fla-gated mamba hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2; do
+        step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
              --out "$OUT/id-$i" --no-report
       done ;;
+    mamba) step mamba-quick 600 python3 -m harness run $TRITON_IMPLS --cases quick --device cuda --jobs 8 \
+             --out "$OUT/mamba-quick" --no-report
+      step mamba-quick-accurate 600 python3 -m harness run $TRITON_ACCURATE --cases quick --device cuda --jobs 8 \
+             --out "$OUT/mamba-quick-accurate" --no-report
+      step mamba-full 600 python3 -m harness run $TRITON_IMPLS --cases full --device cuda --jobs 16 \
+             --out "$OUT/mamba-full" --no-report --repeats 0
+      step mamba-full-accurate 600 python3 -m harness run $TRITON_ACCURATE --cases full --device cuda --jobs 16 \
+             --out "$OUT/mamba-full-accurate" --no-report --repeats 0 ;;
     full-cold) cold
       step full-cold 600 python3 -m harness run --impl torch --impl torch-compile --impl fla --cases full \
            --device cuda --jobs 16 --out "$OUT/full" --no-report --repeats 0 ;;

@@ -152,3 +152,26 @@ def test_beyond_the_fast_bounds_is_caught_under_both_classes(mutant):
     for math in ("fast", "fast+ftz"):
         r = _verify(f"{mutant}=harness.mutants:{mutant}", math=math)
         assert not r.ok and (r.failures["case_id"] == REGIME[0].case_id).any(), math
+
+
+PLUGIN_TEST = """
+import harness.pytest_plugin as hp
+from harness.cases.case import Case
+
+CASES = [Case("fp32", "fp32", "fp32", (8, 64), False, 1e-5, "standard", "saturating", "one", 0)]
+test_declared = hp.suite("torch-fastmath", cases=CASES)
+test_accurate = hp.suite("torch-fastmath", cases=CASES, math="accurate")
+"""
+
+
+def test_the_pytest_plugin_judges_at_the_math_class_asked(tmp_path):
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "test_it.py").write_text(PLUGIN_TEST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--harness-isolate=inline"],
+                       cwd=tmp_path, capture_output=True, text=True, env=env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 1 and "1 failed, 1 passed" in out, out
+    assert "y vs model:fused" in out and "--impl torch-fastmath@accurate" in out

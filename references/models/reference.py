@@ -95,11 +95,14 @@ class ModelArithmetic:
 
     def at(self, node: str, v: Interval, **factors) -> Interval:
         amount = self.noise.get(node, 0.0) * noise.U32 * v.g if node in self.noise else None
-        for extra in (self._floor(node, v, factors), self._per_element(node, factors)):
-            if extra is not None:
-                amount = extra if amount is None else amount + extra
+        floor = self._floor(node, v, factors)
+        if floor is not None:
+            amount = floor if amount is None else amount + floor
         if amount is not None:
             v = v.widen(amount)
+        systematic = self._per_element(node, factors)
+        if systematic is not None:    # the class's own function (a fast sigmoid): what the backward
+            v = v.widen(systematic, own=True)      # saves or recomputes carries it too
         if node == "norm.xhat":       # uhat's own underflow: also in what the backward reuses
             v = v.widen(noise.xhat_floor(factors["r"].g, self.mc), own=True)
         if node.startswith("gate.") and bool((flush := factors["t"].lo < noise.silu_flush(self.mc)).any()):
