@@ -200,7 +200,9 @@ def speed(d: pd.DataFrame) -> dict:
         big = t.loc[t["_size"].fillna(-1).idxmax()] if len(t) else None
         own = r[r["reference"] != "exact"]
         exact = r[r["reference"] == "exact"]
-        rows.append({"impl": impl, "model": next((x for x in d.loc[d["impl"] == impl, "rounding"] if x), ""),
+        mine = d[(d["impl"] == impl) & (d["rounding"] != "")]
+        model = "" if mine.empty else ", ".join(x for x in (mine["rounding"].iloc[0], mine["math"].iloc[0]) if x)
+        rows.append({"impl": impl, "model": model,
                      "n": len(t), "median": t["impl_seconds"].median(),
                      "big": np.nan if big is None else big["impl_seconds"],
                      "big_case": "" if big is None else big["label"],
