@@ -22,7 +22,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _sweep_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--impl", action="append", required=True, help="built-in name, entry point or NAME=MODULE:ATTR (repeatable)")
+    p.add_argument("--impl", action="append", required=True,
+                   help="built-in name, entry point or NAME=MODULE:ATTR (repeatable), optionally ending in @CLASS "
+                        "(accurate, fast, accurate+ftz, fast+ftz): judged at that math class")
     p.add_argument("--cases", default="quick", help="suite name, suite .toml path, or 'hypothesis'")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--out", default="out")
