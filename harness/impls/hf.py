@@ -63,6 +63,23 @@ CLASSES = (
     HfClass("hf-zamba2", "zamba2", "Zamba2RMSNormGated", "xhat", "gate",
             "HF Zamba2RMSNormGated: gate first only, y = weight * xhat with no final cast",
             ("y dtype float32, expected",)),
+    HfClass("hf-qwen35", "qwen3_5", "Qwen3_5RMSNormGated", "xhat", "norm",
+            "HF Qwen3_5RMSNormGated (the Qwen3-Next code): xhat rounded to x's dtype"),
+    HfClass("hf-qwen4exp", "qwen4_exp", "Qwen4ExpTextRMSNormGated", "xhat", "norm",
+            "HF Qwen4ExpTextRMSNormGated (the Qwen3-Next code, activation='silu'): xhat rounded to x's dtype"),
+    HfClass("hf-olmohybrid", "olmo_hybrid", "OlmoHybridRMSNormGated", "xhat", "norm",
+            "HF OlmoHybridRMSNormGated (the Qwen3-Next code): xhat rounded to x's dtype"),
+    HfClass("hf-laramini", "lara_mini", "LaraMiniRMSNormGated", "fused", "norm",
+            "HF LaraMiniRMSNormGated: norm first, one group, float32 throughout (the weight too), one cast"),
+    HfClass("hf-nemotronh", "nemotron_h", "NemotronHRMSNormGated", "xhat", "gate",
+            "HF NemotronHRMSNormGated (the Mamba code): gate first only, y = weight * xhat with no final cast",
+            ("y dtype float32, expected",)),
+    HfClass("hf-granitemoehybrid", "granitemoehybrid", "GraniteMoeHybridRMSNormGated", "xhat", "gate",
+            "HF GraniteMoeHybridRMSNormGated (the Mamba code): gate first only, y = weight * xhat with no final cast",
+            ("y dtype float32, expected",)),
+    HfClass("hf-bamba", "bamba", "BambaRMSNormGated", "xhat", "gate",
+            "HF BambaRMSNormGated (the Mamba code): gate first only, y = weight * xhat with no final cast",
+            ("y dtype float32, expected",)),
 )
 
 
