@@ -252,7 +252,8 @@ chain_declared_fused = _mutant("chain_declared_fused", GatedRMSNorm, "rounds bet
 class _VllmNativeFp32(Mutant):
     """vLLM PR #35369 (merged 2026-02): `RMSNormGated.forward_native` computed in float32 (its
     description: the Python-float eps "may promote the computation") and returned that float32 `out`
-    without casting back to x's dtype. Both orders and groups, as vLLM's native path takes them."""
+    without casting back to x's dtype. Both orders and groups, as vLLM's native path takes them.
+    Modelled from the PR's description: its diff could not be read here."""
 
     def forward(self, x, gate):
         silu = self.silu(gate)
@@ -327,7 +328,8 @@ class _FlaDxIsDz(Mutant):
 class _ZcPlusOneInWeightDtype(Mutant):
     """Megatron-LM PR #5821 (closed, 2026-07): GatedDeltaNet's fused output norm called fla's
     `rms_norm_gated(x, gate, weight + 1.0, ...)` for zero-centred gamma, so 1 + w was rounded to the
-    weight's dtype before the kernel (its own test allowed a 3e-3 relative deviation)."""
+    weight's dtype before the kernel (its own test allowed a 3e-3 relative deviation). Modelled from
+    the PR's description and its test's fused call: the diff of its source could not be read here."""
 
     def gamma(self):
         w = self.weight
