@@ -31,7 +31,7 @@ import pandas as pd
 
 from harness.references.atomic import atomic_write
 from harness.references.errors import UsageError
-from harness.reports.schema import INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, TEXT_COLUMNS, columns
+from harness.reports.schema import INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, TEXT_COLUMNS, columns, number_columns
 
 RESULTS, SUMMARY, REPORT, TIMING, PAIR_TIMING, LOCK = (
     "results.csv", "summary.csv", "report.html", "timing.csv", "pair-timing.csv", ".harness.lock")
@@ -67,7 +67,21 @@ def read_results(path: Path) -> pd.DataFrame:
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise UsageError(f"{path}: not a results.csv (missing column {missing[0]!r})")
+    check_numbers(df, path)
     return df
+
+
+def check_numbers(df: pd.DataFrame, path) -> None:
+    """Every cell of a number column is a number or blank (UsageError naming the first that is not:
+    a baseline's "n/a" must not read as a value nothing can regress from)."""
+    for c in number_columns():
+        if c in df.columns and not pd.api.types.is_numeric_dtype(df[c]):
+            text = df[c].astype(str).str.strip()
+            bad = pd.to_numeric(text, errors="coerce").isna() & ~text.isin(["", *_NA]) & df[c].notna()
+            if bad.any():
+                i = int(bad.to_numpy().argmax())
+                raise UsageError(f"{path}: row {i + 1} ({df['case_id'].iloc[i]} {df['impl'].iloc[i]}): column {c}: "
+                                 f"{df[c].iloc[i]!r} is not a number; a results.csv holds a number (or nothing) there")
 
 
 def results_text(df: pd.DataFrame) -> str:
