@@ -48,6 +48,21 @@ def _cell(v):
     return v
 
 
+def _try_flock(fd: int) -> bool | None:
+    """An exclusive flock on fd without waiting: True taken, False held by another, None where the
+    filesystem cannot lock this kind of file."""
+    import fcntl
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        if e.errno in (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            return None
+        raise
+
+
 def read_csv(path, text=TEXT_COLUMNS) -> pd.DataFrame:
     """A CSV of this harness (a path or a binary buffer): text columns stay text (never NaN: an
     implementation called "NA" or "None" keeps its name), numbers may be blank."""
@@ -263,26 +278,38 @@ class RunDir:
         """The lock is an flock on the directory itself, which nothing in it can delete or replace
         (deleting .harness.lock does not let a second run in). The lock file only names the holder;
         it is opened without following a symbolic link and must be a regular file with one link, so
-        that a planted link cannot make the harness truncate another file."""
-        import fcntl
+        that a planted link cannot make the harness truncate another file. Where the filesystem
+        cannot lock a directory (NFS emulates flock with POSIX locks, which need a file open for
+        writing), the lock file's own descriptor is locked instead, as every run there does."""
         try:
             dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
             raise UsageError(f"{flag} {self.path}: cannot open the directory ({e.strerror or e})") from None
+        note_fd = -1
         try:
-            try:
-                fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise UsageError(f"{flag} {self.path}: in use by another harness run ({self._holder(flag)}); "
-                                 f"wait for it or choose another directory") from None
+            locked = _try_flock(dir_fd)
+            if locked is False:
+                raise UsageError(self._in_use(flag))
             note_fd = self._open_note(flag, os.O_RDWR | os.O_CREAT)
+            if locked is None:
+                locked = _try_flock(note_fd)
+                if locked is None:
+                    raise UsageError(f"{flag} {self.path}: its filesystem cannot lock files; choose another directory")
+                if not locked:
+                    raise UsageError(self._in_use(flag))
             os.ftruncate(note_fd, 0)
             os.pwrite(note_fd, f"pid {os.getpid()} on {socket.gethostname()} since "
                                f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv[:6])}\n".encode(), 0)
             return dir_fd, note_fd
         except BaseException:
+            if note_fd >= 0:
+                os.close(note_fd)
             os.close(dir_fd)
             raise
+
+    def _in_use(self, flag: str) -> str:
+        return (f"{flag} {self.path}: in use by another harness run ({self._holder(flag)}); wait for it or "
+                f"choose another directory")
 
     def _open_note(self, flag: str, mode: int) -> int:
         """The lock file, opened with `mode`: a regular file of one link, never through a symlink."""

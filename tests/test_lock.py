@@ -63,3 +63,28 @@ def test_a_lock_file_that_is_not_a_regular_file_is_refused(tmp_path):
     with pytest.raises(UsageError, match="not a regular file"):
         with RunDir(tmp_path).lock():
             pass
+
+
+def test_where_a_directory_cannot_be_locked_the_lock_file_is(tmp_path, monkeypatch):
+    """NFS emulates flock with POSIX locks, which need a file open for writing: a directory's
+    descriptor cannot be locked there (EBADF), and the lock falls back to the lock file's own."""
+    import errno
+    import fcntl
+    import stat
+
+    from harness.references.errors import UsageError
+    from harness.reports.rundir import RunDir
+    real = fcntl.flock
+
+    def nfs_flock(fd, op):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        return real(fd, op)
+    monkeypatch.setattr(fcntl, "flock", nfs_flock)
+    rd = RunDir(tmp_path)
+    with rd.lock():
+        assert (tmp_path / ".harness.lock").read_text().startswith(f"pid {os.getpid()} ")
+        with pytest.raises(UsageError, match=f"in use by another harness run \\(pid {os.getpid()} "):
+            rd._acquire("--out")                 # another open file description: as a second process
+    with rd.lock():                               # released: free again
+        pass
