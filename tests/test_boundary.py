@@ -116,13 +116,6 @@ def _shards(df, tmp_path, edit_b=None):
     return _write(df[first], tmp_path / "a"), _write(b, tmp_path / "b")
 
 
-def test_merge_of_matching_shards_succeeds(capsys, tmp_path, sweep):
-    df, suite = sweep
-    a, b = _shards(df, tmp_path)
-    code, _, err = run(capsys, "merge", a, b, "--out", tmp_path / "m", "--cases", suite)
-    assert code == 0, err
-
-
 @pytest.mark.parametrize("edit,needle", [
     (lambda b: b.__setitem__("device", "cuda"), "different devices (cpu, cuda)"),
     (lambda b: b.__setitem__("schema_version", "1"), "mix schema versions 1, 2"),
