@@ -45,6 +45,14 @@ def test_a_suite_with_an_infinite_eps_exits_2_before_the_sweep(capsys, tmp_path)
     assert not (tmp_path / "o" / "results.csv").exists()
 
 
+def test_every_case_field_has_its_check():
+    """A new axis is checked at every boundary once it has its line in PARAM_CHECKS."""
+    from dataclasses import fields
+
+    from harness.cases.case import PARAM_CHECKS
+    assert list(PARAM_CHECKS) == [f.name for f in fields(Case)]
+
+
 def test_an_invalid_case_is_a_bug_of_whoever_builds_it():
     with pytest.raises(ValueError, match="eps: inf"):
         make_case(eps=float("inf"))
