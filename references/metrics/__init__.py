@@ -109,7 +109,9 @@ def distance(computed: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, gauge: 
     ref_rounded = round_to(ref, fmt)
     c_nan = torch.isnan(c)
     special = c_nan | r_nan | torch.isinf(c) | torch.isinf(ref_rounded)
-    special_ok = (c_nan & r_nan) | (~c_nan & ~r_nan & (c == ref_rounded))
+    # a NaN computed value agrees with a NaN reference only; any other with the rounded reference
+    # (never equal where the reference is NaN: then ref_rounded is NaN too)
+    special_ok = torch.where(c_nan, r_nan, c == ref_rounded)
     return Distance(c, ref, dist, gauge.to(torch.float64), fmt, special, special_ok, ref_rounded, ulp_of(ref, fmt),
                     torch.where(special_ok, 0.0, math.inf).to(torch.float64))
 
