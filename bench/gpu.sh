@@ -16,6 +16,9 @@
 #   speed       speed beside accuracy at 8192x4096 bf16 (bench/bench_speed.py)
 #   reference   the float64 reference pass against the bandwidth floor (bench/bench_reference.py)
 #   hf-full     full on CUDA for the four HF adapters
+#   hf-field    the HF adapters of issue 28 (HF_FIELD below): quick and full on CUDA, identify each; they
+#               need transformers 5.24.0 and its dependencies in .whl/ (the image's 5.17.0 lacks LaraMini
+#               and NemotronH, and Bamba/GraniteMoeHybrid have no groups there)
 #   selftest    `harness selftest --device cuda`
 set -uo pipefail
 # The device image sets PYTHONDONTWRITEBYTECODE=1, so every process there compiled torch's Python
@@ -47,6 +50,7 @@ step() {  # step NAME SECONDS CMD...: the command's output to the log, its exit 
 }
 cold() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl mamba --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
+HF_FIELD="hf-qwen35 hf-qwen4exp hf-olmohybrid hf-laramini hf-nemotronh hf-granitemoehybrid hf-bamba"
 TRITON_IMPLS="--impl mamba --impl fla-gated --impl fla"
 TRITON_ACCURATE="--impl mamba@accurate --impl fla-gated@accurate --impl fla@accurate"
 
@@ -80,6 +84,14 @@ for stage in "$@"; do
     reference) step reference 300 python3 bench/bench_reference.py --repeat 50 ;;
     hf-full) step hf-full 600 python3 -m harness run --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 \
              --impl hf-zamba2 --cases full --device cuda --jobs 16 --out "$OUT/hf-full" --no-report --repeats 0 ;;
+    hf-field) step hf-field-quick 600 python3 -m harness run $(printf -- '--impl %s ' $HF_FIELD) --cases quick \
+             --device cuda --jobs 8 --out "$OUT/hf-field-quick" --no-report
+      step hf-field-full 600 python3 -m harness run $(printf -- '--impl %s ' $HF_FIELD) --cases full --device cuda \
+           --jobs 16 --out "$OUT/hf-field-full" --no-report --repeats 0
+      for i in $HF_FIELD; do
+        step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
+             --out "$OUT/id-$i" --no-report
+      done ;;
     selftest) step selftest 600 python3 -m harness selftest --device cuda --jobs 8 --out "$OUT/selftest" ;;
     *) echo "unknown stage $stage" | tee -a "$LOG"; exit 2 ;;
   esac

@@ -17,6 +17,7 @@ from typing import Callable
 import pandas as pd
 
 from harness.cases.case import Case
+from harness.cases.params import check_case_rows
 from harness.gate import apply_baseline, failure_line, verdict
 from harness.impls.base import Implementation, from_factory
 from harness.pair import Settings
@@ -115,7 +116,9 @@ def load_baseline(path: str | None) -> pd.DataFrame | None:
     f = p / "results.csv" if p.is_dir() else p
     if not f.is_file():
         raise UsageError(f"--baseline {path}: no results.csv there")
-    return read_results(f)
+    df = read_results(f)
+    check_case_rows(df.drop_duplicates("case_id").to_dict("records"), f"--baseline {f}")
+    return df
 
 
 @dataclass

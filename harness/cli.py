@@ -112,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("exhaustive", help="every finite (x, gate) pair of bf16/fp16 through SiLUGate")
     e.add_argument("--dtype", required=True, choices=["bf16", "fp16"])
-    e.add_argument("--impl", default="torch")
+    e.add_argument("--impl", default="silugate-eager",
+                   help="SiLUGate alone: silugate-eager (the eager chain's ATen kernels) or silugate-silu-lowp (a mutant)")
     e.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     e.add_argument("--x-range", help="LO:HI bit patterns (hex or int) of x, half-open")
     e.add_argument("--gate-range", help="LO:HI bit patterns of the gate, half-open")

@@ -31,6 +31,8 @@ TEXT_COLUMNS = ("case_id", "impl", "rounding", "device", "dtype", "gate_dtype", 
                 "reason", "replay", "suite", "harness_version", "math")
 INT_COLUMNS = ("cr_mismatch", "certified", "uncertified", "count_over", "n_elements", "hidden", "tokens", "seed",
                "group_size", "differing_elements", "bytes_moved", "schema_version")
+_NUMBERS = ("eps", "budget", "p99_ulp", "worst_got", "worst_ref", "baseline_value", "pair_seconds", "impl_seconds",
+            "floor_fraction")
 REQUIRED = ("case_id", "impl", "output", "reference", "status")
 KEY = ("case_id", "impl", "output", "reference")      # one row per key in a run
 
@@ -49,3 +51,9 @@ def columns() -> tuple[str, ...]:
         if c not in out:
             out.append(c)
     return tuple(out)
+
+
+def number_columns() -> tuple[str, ...]:
+    """The columns that hold numbers (blank where not measured): read back, any other text there is
+    a file that is not what this harness wrote."""
+    return metric_columns() + _NUMBERS + INT_COLUMNS
