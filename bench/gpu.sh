@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # The GPU batch: run on the device machine (one H200) through the device tool, from the repository
-# root, with the wheels the image lacks in .whl/ (fla-core; see bench/RESULTS.md):
+# root, with the wheels the image lacks in .whl/ (fla-core, and mamba_ssm's pure wheel built as the
+# README says; see bench/RESULTS.md):
 #   bash bench/gpu.sh STAGE...
 # Stages (each logs to $OUT/log.txt with its command, exit code and wall time, the whole command
 # timed as a user types it):
 #   tests       the test files with CUDA paths (the references' passes, the adapters, exhaustive)
 #   exhaustive  `harness exhaustive` bf16 and fp16, the whole command cold and warm (bench_exhaustive.py)
-#   quick       quick on CUDA for torch, torch-compile, fla, fla-gated and the HF adapters
-#   identify    `harness identify` for every CUDA built-in and adapter
+#   quick       quick on CUDA for torch, torch-compile, fla, fla-gated, mamba and the HF adapters
+#   identify    `harness identify` for every CUDA built-in and adapter (model and math class)
+#   mamba       the Triton kernels (mamba, fla-gated, fla) through quick and full at their declared
+#               class (fast), then at `accurate` (expected to fail, naming the float32 outputs next to
+#               large gates)
 #   full-cold   full for torch, torch-compile, fla, --jobs 16, caches emptied first; full-warm: again
 #   speed       speed beside accuracy at 8192x4096 bf16 (bench/bench_speed.py)
 #   reference   the float64 reference pass against the bandwidth floor (bench/bench_reference.py)
 #   hf-full     full on CUDA for the four HF adapters
+#   hf-field    the HF adapters of issue 28 (HF_FIELD below): quick and full on CUDA, identify each; they
+#               need transformers 5.24.0 and its dependencies in .whl/ (the image's 5.17.0 lacks LaraMini
+#               and NemotronH, and Bamba/GraniteMoeHybrid have no groups there)
 #   selftest    `harness selftest --device cuda`
 #   big         bench/suites/big.toml for torch: 16.8-33.6 M-element cases, whose references and checks
 #               run on the GPU in each worker's judge, the outputs sent there from the implementation's
@@ -34,7 +41,7 @@ fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; date -u
   python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
   python3 -c 'import sys; print("dont_write_bytecode", sys.dont_write_bytecode)'
-  python3 -c 'import importlib.metadata as m; print(*[f"{p} {m.version(p)}" for p in ("fla-core", "transformers", "mpmath")])' 2>&1
+  python3 -c 'import importlib.metadata as m; print(*[f"{p} {m.version(p)}" for p in ("fla-core", "mamba_ssm", "einops", "transformers", "mpmath")])' 2>&1
 } >> "$LOG"
 
 step() {  # step NAME SECONDS CMD...: the command's output to the log, its exit code and wall time
@@ -45,7 +52,10 @@ step() {  # step NAME SECONDS CMD...: the command's output to the log, its exit 
   echo "== $name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $s, 1))") s" | tee -a "$LOG"
 }
 cold() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
-CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
+CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl mamba --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
+HF_FIELD="hf-qwen35 hf-qwen4exp hf-olmohybrid hf-laramini hf-nemotronh hf-granitemoehybrid hf-bamba"
+TRITON_IMPLS="--impl mamba --impl fla-gated --impl fla"
+TRITON_ACCURATE="--impl mamba@accurate --impl fla-gated@accurate --impl fla@accurate"
 
 for stage in "$@"; do
   case $stage in
@@ -56,10 +66,18 @@ for stage in "$@"; do
              --device cuda --out "$OUT/ex-prof" ;;
     quick) step quick 600 python3 -m harness run $CUDA_IMPLS --cases quick --device cuda --jobs 8 \
              --out "$OUT/quick" --no-report ;;
-    identify) for i in torch torch-compile torch-compile-emulate fla fla-gated hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2; do
-        step "identify-$i" 150 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
+    identify) for i in torch torch-compile torch-compile-emulate fla fla-gated mamba hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2; do
+        step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
              --out "$OUT/id-$i" --no-report
       done ;;
+    mamba) step mamba-quick 600 python3 -m harness run $TRITON_IMPLS --cases quick --device cuda --jobs 8 \
+             --out "$OUT/mamba-quick" --no-report
+      step mamba-quick-accurate 600 python3 -m harness run $TRITON_ACCURATE --cases quick --device cuda --jobs 8 \
+             --out "$OUT/mamba-quick-accurate" --no-report
+      step mamba-full 600 python3 -m harness run $TRITON_IMPLS --cases full --device cuda --jobs 16 \
+             --out "$OUT/mamba-full" --no-report --repeats 0
+      step mamba-full-accurate 600 python3 -m harness run $TRITON_ACCURATE --cases full --device cuda --jobs 16 \
+             --out "$OUT/mamba-full-accurate" --no-report --repeats 0 ;;
     full-cold) cold
       step full-cold 600 python3 -m harness run --impl torch --impl torch-compile --impl fla --cases full \
            --device cuda --jobs 16 --out "$OUT/full" --no-report --repeats 0 ;;
@@ -69,6 +87,14 @@ for stage in "$@"; do
     reference) step reference 300 python3 bench/bench_reference.py --repeat 50 ;;
     hf-full) step hf-full 600 python3 -m harness run --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 \
              --impl hf-zamba2 --cases full --device cuda --jobs 16 --out "$OUT/hf-full" --no-report --repeats 0 ;;
+    hf-field) step hf-field-quick 600 python3 -m harness run $(printf -- '--impl %s ' $HF_FIELD) --cases quick \
+             --device cuda --jobs 8 --out "$OUT/hf-field-quick" --no-report
+      step hf-field-full 600 python3 -m harness run $(printf -- '--impl %s ' $HF_FIELD) --cases full --device cuda \
+           --jobs 16 --out "$OUT/hf-field-full" --no-report --repeats 0
+      for i in $HF_FIELD; do
+        step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
+             --out "$OUT/id-$i" --no-report
+      done ;;
     selftest) step selftest 600 python3 -m harness selftest --device cuda --jobs 8 --out "$OUT/selftest" ;;
     big) step big 600 python3 -m harness run --impl torch --cases bench/suites/big.toml --device cuda --jobs 4 \
              --out "$OUT/big" --no-report --repeats 0 ;;

@@ -27,21 +27,17 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from harness.cases.case import DTYPES, DY_DISTS, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
+from harness.cases.case import Case, param_problem
 from harness.references.errors import UsageError
 
-AXES = {
-    "dtype": DTYPES, "gate_dtype": ("same",) + DTYPES, "weight_dtype": ("same",) + DTYPES,
-    "shape": None, "zero_centered_gamma": None, "eps": None,
-    "x_dist": X_DISTS, "gate_dist": GATE_DISTS, "gamma_dist": ("auto",) + GAMMA_DISTS, "seeds": None,
-    "group_size": None, "norm_before_gate": None, "dy_dist": DY_DISTS,
-}
+# The axes of a [[group]] (a [[case]] writes `seed` for `seeds`), in the product's order.
+AXES = ("dtype", "gate_dtype", "weight_dtype", "shape", "zero_centered_gamma", "eps", "x_dist", "gate_dist",
+        "gamma_dist", "seeds", "group_size", "norm_before_gate", "dy_dist")
 DEFAULTS = {"gate_dtype": ["same"], "weight_dtype": ["same"], "zero_centered_gamma": [False],
             "eps": [1e-5], "x_dist": ["standard"], "gate_dist": ["normal"], "gamma_dist": ["auto"],
             "seeds": [0], "group_size": ["hidden"], "norm_before_gate": [True], "dy_dist": ["normal"]}
 REQUIRED = ("dtype", "shape")
 TOP_KEYS = {"name", "description", "group", "case"}
-MAX_ELEMENTS = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -78,35 +74,22 @@ def resolve_suite_path(name_or_path: str) -> Path:
     return Path(str(f))
 
 
+SPECIAL = {"gate_dtype": "same", "weight_dtype": "same", "gamma_dist": "auto", "group_size": "hidden"}
+
+
 def _check_axis(where: str, key: str, values) -> list:
+    """An axis's values, each checked as the case parameter it becomes (cases.case.param_problem)."""
     if not isinstance(values, list):
         values = [values]
     if not values:
         raise UsageError(f"{where}.{key}: empty axis")
-    allowed = AXES[key]
     for v in values:
-        if allowed is not None and v not in allowed:
-            raise UsageError(f"{where}.{key}: unknown value {v!r}; expected one of {', '.join(allowed)}")
-        if key == "shape":
-            if not (isinstance(v, list) and 1 <= len(v) <= 4 and all(isinstance(s, int) and not isinstance(s, bool) for s in v)):
-                raise UsageError(f"{where}.shape: {v!r} is not a list of 1 to 4 integers")
-            if any(s <= 0 for s in v):
-                raise UsageError(f"{where}.shape: {v!r} has a size <= 0")
-            total = 1
-            for s in v:
-                total *= s
-            if total > MAX_ELEMENTS:
-                raise UsageError(f"{where}.shape: {v!r} has more than 2**31 elements")
-        if key == "zero_centered_gamma" and not isinstance(v, bool):
-            raise UsageError(f"{where}.zero_centered_gamma: {v!r} is not true/false")
-        if key == "eps" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
-            raise UsageError(f"{where}.eps: {v!r} is not a positive number")
-        if key == "seeds" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise UsageError(f"{where}.seeds: {v!r} is not a non-negative integer")
-        if key == "group_size" and v != "hidden" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise UsageError(f"{where}.group_size: {v!r} is not a positive integer or \"hidden\"")
-        if key == "norm_before_gate" and not isinstance(v, bool):
-            raise UsageError(f"{where}.norm_before_gate: {v!r} is not true/false")
+        if SPECIAL.get(key) == v:
+            continue
+        why = param_problem("seed" if key == "seeds" else key, v)
+        if why:
+            special = f" (or \"{SPECIAL[key]}\")" if key in SPECIAL else ""
+            raise UsageError(f"{where}.{key}: {v!r} {why}{special}")
     return values
 
 

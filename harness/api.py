@@ -3,8 +3,10 @@ an AssertionError whose message is the failure record itself. The command line's
 built on `verify`; the pytest plugin on `plan` and `verify_case`.
 
 `impl` is a built-in name, an installed entry point's name, `NAME=MODULE:ATTR`, a factory (its
-declared attributes as a plug-in's), or an Implementation. Every argument is checked here, before
-any work, with a UsageError naming the bad one."""
+declared attributes as a plug-in's), or an Implementation. `math` (a math class: "accurate",
+"fast", "accurate+ftz", "fast+ftz") judges every implementation at that class instead of its
+declared one, as `--impl SPEC@CLASS` does. Every argument is checked here, before any work, with a
+UsageError naming the bad one."""
 from __future__ import annotations
 
 import tempfile
@@ -15,6 +17,7 @@ from typing import Callable
 import pandas as pd
 
 from harness.cases.case import Case
+from harness.cases.params import check_case_rows
 from harness.gate import apply_baseline, failure_line, verdict
 from harness.impls.base import Implementation, from_factory
 from harness.pipeline.settings import Settings
@@ -120,7 +123,9 @@ def load_baseline(path: str | None) -> pd.DataFrame | None:
     f = p / "results.csv" if p.is_dir() else p
     if not f.is_file():
         raise UsageError(f"--baseline {path}: no results.csv there")
-    return read_results(f)
+    df = read_results(f)
+    check_case_rows(df.drop_duplicates("case_id").to_dict("records"), f"--baseline {f}")
+    return df
 
 
 @dataclass
@@ -135,11 +140,15 @@ class Plan:
 
 def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golden=None,
          reference_backend="auto", shard_spec: tuple[int, int] | None = None, shard_by: str = "case",
-         repeats: int | None = None, allow_nondeterministic: bool = False) -> Plan:
+         repeats: int | None = None, allow_nondeterministic: bool = False, math: str | None = None) -> Plan:
     from harness.budgets import load_budget_file
     from harness.cases.suite import load_suite
+    from harness.references.mathclass import parse_math
     device = resolve_device(device)
     impl_list = [as_implementation(i) for i in (impls if isinstance(impls, (list, tuple)) else [impls])]
+    if math is not None:
+        mc = parse_math(math)
+        impl_list = [i.with_math(mc) for i in impl_list]
     names = [i.name for i in impl_list]
     if len(set(names)) != len(names):
         raise UsageError(f"--impl: a name given twice ({', '.join(names)})")
@@ -202,13 +211,14 @@ def run_plan(p: Plan, out=None, *, resume=False, jobs=1, timeout=DEFAULT_TIMEOUT
 
 def verify(impl, *, cases="quick", device="auto", budgets=None, baseline=None, out=None, jobs=1,
            timeout=DEFAULT_TIMEOUT, isolate="auto", golden=None, reference_backend="auto", repeats=None,
-           allow_nondeterministic=False) -> Results:
+           allow_nondeterministic=False, math=None) -> Results:
     """Run `cases` (a suite name or .toml path, or a list of Case) for `impl` and gate on the budgets
-    (default: derived from the declared rounding model; `budgets`: a budget file) and, given one, a
-    baseline results directory. `out`: where results.csv goes (a temporary directory if None).
-    An output that a later call on the same inputs changes fails unless `allow_nondeterministic`."""
+    (default: derived from the declared rounding model and math class; `budgets`: a budget file)
+    and, given one, a baseline results directory. `out`: where results.csv goes (a temporary
+    directory if None). `math`: judge at this math class instead of the declared one. An output
+    that a later call on the same inputs changes fails unless `allow_nondeterministic`."""
     p = plan(impl, cases, device, budgets, baseline, golden, reference_backend, repeats=repeats,
-             allow_nondeterministic=allow_nondeterministic)
+             allow_nondeterministic=allow_nondeterministic, math=math)
     return run_plan(p, out, jobs=jobs, timeout=timeout, isolate=isolate)
 
 

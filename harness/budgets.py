@@ -4,9 +4,10 @@ overrides from a budget file, and `budgets regen`.
 Against a *model* reference (an interval that already holds the float32 noise) a correct
 implementation is off by its own final rounding alone: half an ULP, for every output. Against the
 *exact* value: the final rounding (0.5 ULP for y — 1 ULP where declared roundings can carry y
-across a power of two — and 1 in the scaled error for dx, dgate, dweight), plus the declared points' roundings (RoundingModel.relative_terms) and the float32 noise on the
+across a power of two — and 1 in the scaled error for dx, dgate, dweight), plus the declared points' roundings (RoundingModel.relative_terms) and the float32 noise of the declared math class on the
 output's path (references.models.noise.exact_path_noise), in units of the output's u, per case; in
-the extreme regime the exact errors are reported and not gated."""
+the extreme regime the exact errors are reported and not gated. (What a class adds per element —
+a fast exp's |t| — widens the exact value itself: references.models.reference.exact_allowance.)"""
 from __future__ import annotations
 
 import csv
@@ -18,6 +19,7 @@ from pathlib import Path
 from harness.references.errors import UsageError
 from harness.references.exact import OUTPUTS
 from harness.references.formats import FORMATS, Format
+from harness.references.mathclass import ACCURATE, MathClass
 from harness.references.metrics import gated_metric, get, registry
 from harness.references.models import RoundingModel, resolve
 from harness.references.models.noise import U32, exact_path_noise
@@ -37,25 +39,35 @@ class Budget:
     source: str          # "default", "default (extreme: ...)" or the budget file
 
 
+def exact_budget(metric: str, terms: float, noise_u32: float, out: Format, regime: str = "normal") -> float:
+    """A budget against the exact value, in `metric` (units of the output's u): the metric's final
+    rounding, plus the declared rounding points' relative error `terms`, plus the float32 noise on
+    the output's path (`noise_u32`, in u32 = 2**-24); inf (reported, not gated) in the extreme
+    regime. The sweep's default_budget and the exhaustive mode's budgets are both this."""
+    if regime == "extreme":
+        # Underflow (a float32 SiLU flushing to -0 below t = -88.72, subnormal intermediates)
+        # makes the distance to the exact value unbounded for a correct implementation.
+        return math.inf
+    value = get(metric).final_rounding
+    if terms and metric == "ulp":
+        # the declared roundings can carry a value just below a power of two into the next
+        # binade, where the final rounding's half ULP is a whole ULP of the exact value's binade
+        value *= 2
+    return value + (terms / out.u + noise_u32 * U32 / out.u)
+
+
 def default_budget(output: str, kind: str, model: RoundingModel, out: Format, act: Format,
                    promoted: Format, group: int, tokens: int, norm_before_gate: bool,
-                   regime: str = "normal") -> Budget:
+                   regime: str = "normal", mc: MathClass = ACCURATE) -> Budget:
     """`kind`: the reference's, "exact" or "model"."""
     metric = gated_metric(output, kind)
-    value = get(metric).final_rounding
-    if kind == "exact":
-        if regime == "extreme":
-            # Underflow (a float32 SiLU flushing to -0 below t = -88.72, subnormal intermediates)
-            # makes the distance to the exact value unbounded for a correct implementation; the
-            # model reference models it and gates here, the exact errors are reported.
-            return Budget(metric, math.inf, "default (extreme: reported, gated by the model reference)")
-        terms = model.relative_terms(output, norm_before_gate, act, promoted)
-        if terms and metric == "ulp":
-            # the declared roundings can carry a value just below a power of two into the next
-            # binade, where the final rounding's half ULP is a whole ULP of the exact value's binade
-            value *= 2
-        value += terms / out.u + exact_path_noise(output, norm_before_gate, group, tokens) * U32 / out.u
-    return Budget(metric, value, "default")
+    if kind != "exact":
+        return Budget(metric, get(metric).final_rounding, "default")
+    if regime == "extreme":        # the model reference models the underflow and gates here
+        return Budget(metric, math.inf, "default (extreme: reported, gated by the model reference)")
+    terms = model.relative_terms(output, norm_before_gate, act, promoted)
+    noise = exact_path_noise(output, norm_before_gate, group, tokens, mc)
+    return Budget(metric, exact_budget(metric, terms, noise, out), "default")
 
 
 @dataclass(frozen=True)

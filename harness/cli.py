@@ -22,7 +22,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _sweep_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--impl", action="append", required=True, help="built-in name, entry point or NAME=MODULE:ATTR (repeatable)")
+    p.add_argument("--impl", action="append", required=True,
+                   help="built-in name, entry point or NAME=MODULE:ATTR (repeatable), optionally ending in @CLASS "
+                        "(accurate, fast, accurate+ftz, fast+ftz): judged at that math class")
     p.add_argument("--cases", default="quick", help="suite name, suite .toml path, or 'hypothesis'")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--out", default="out")
@@ -114,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("exhaustive", help="every finite (x, gate) pair of bf16/fp16 through SiLUGate")
     e.add_argument("--dtype", required=True, choices=["bf16", "fp16"])
-    e.add_argument("--impl", default="torch")
+    e.add_argument("--impl", default="silugate-eager",
+                   help="SiLUGate alone: silugate-eager (the eager chain's ATen kernels) or silugate-silu-lowp (a mutant)")
     e.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     e.add_argument("--x-range", help="LO:HI bit patterns (hex or int) of x, half-open")
     e.add_argument("--gate-range", help="LO:HI bit patterns of the gate, half-open")

@@ -9,33 +9,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from harness.impls.fastmath import FastMath, emulation
 from harness.impls.torch_ref import GatedRMSNorm
-
-
-class Mutant(GatedRMSNorm):
-    """The chain model written out step by step, each step a method a mutant can break."""
-
-    def rstd(self, u):
-        return torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + self.eps)
-
-    def gamma(self):
-        g = self.weight.float()
-        return g + 1 if self.zero_centered_gamma else g
-
-    def silu(self, gate):
-        return F.silu(gate.float())
-
-    def norm(self, u):
-        shape, g = u.shape, self.group_size
-        v = u.reshape(*shape[:-1], shape[-1] // g, g)
-        return (v * self.rstd(v)).reshape(shape) * self.gamma()
-
-    def forward(self, x, gate):
-        if not self.norm_before_gate:
-            h = (x.float() * self.silu(gate)).to(x.dtype).float()
-            return self.norm(h).to(x.dtype)
-        n = self.norm(x.float()).to(x.dtype)
-        return (n.float() * self.silu(gate)).to(x.dtype)
+from harness.mutant_base import (DweightSummedBy, ExpArgumentInBf16, ExpCubic, GradRoundedTo, Mutant,
+                                 PerTokenWeight)
 
 
 class _SiluInBf16(Mutant):
@@ -132,35 +109,14 @@ class _DgateWrongForNegativeGates(Mutant):
         return _SiluWrongGradForNegative.apply(gate.float())
 
 
-class _GradRoundedTo(torch.autograd.Function):
-    """Identity forward; the gradient rounded to `dtype` before it reaches the input."""
-    @staticmethod
-    def forward(ctx, t, dtype):
-        ctx.dtype = dtype
-        return t.view_as(t)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad.to(ctx.dtype).to(grad.dtype), None
-
-
 class _FlaDgateInXDtype(Mutant):
     def forward(self, x, gate):
-        return super().forward(x, _GradRoundedTo.apply(gate, x.dtype))
+        return super().forward(x, GradRoundedTo.apply(gate, x.dtype))
 
 
 class _GateCastToXDtype(Mutant):
     def forward(self, x, gate):
         return super().forward(x, gate.to(x.dtype))
-
-
-class PerTokenWeight(torch.autograd.Function):
-    """The weight (as float32) expanded to one row per token: the backward receives every token's
-    dweight term, grad [tokens, hidden], and a subclass's backward decides how they are summed."""
-    @staticmethod
-    def forward(ctx, w, rows):
-        ctx.dtype = w.dtype
-        return w.float().expand(rows, w.shape[0])
 
 
 class _TreeSumInWeightDtype(PerTokenWeight):
@@ -181,20 +137,6 @@ class _BlockPartialsInWeightDtype(PerTokenWeight):
     def backward(ctx, grad):
         blocks = grad.float().split(64)
         return sum(b.sum(0).to(ctx.dtype).float() for b in blocks).to(ctx.dtype), None
-
-
-class DweightSummedBy(Mutant):
-    """The chain model whose dweight token sum is the `reduction` (a PerTokenWeight) backward's."""
-    reduction: type[PerTokenWeight]
-
-    def gamma(self):
-        g = self.reduction.apply(self.weight, self._rows)
-        return g + 1 if self.zero_centered_gamma else g
-
-    def norm(self, u):
-        self._rows = u.numel() // u.shape[-1]
-        shape = u.shape
-        return super().norm(u.reshape(self._rows, shape[-1])).reshape(shape)
 
 
 class _DweightBlockPartials(DweightSummedBy):
@@ -305,6 +247,139 @@ chain_declared_fused = _mutant("chain_declared_fused", GatedRMSNorm, "rounds bet
                                rounding="fused")
 
 
+
+# ---- The field's gated-norm bugs collected in issue 28, each as its upstream report tells it ------------------
+
+
+class _VllmNativeFp32(Mutant):
+    """vLLM PR #35369 (merged 2026-02): `RMSNormGated.forward_native` computed in float32 (its
+    description: the Python-float eps "may promote the computation") and returned that float32 `out`
+    without casting back to x's dtype. Both orders and groups, as vLLM's native path takes them.
+    Modelled from the PR's description: its diff could not be read here."""
+
+    def forward(self, x, gate):
+        silu = self.silu(gate)
+        if not self.norm_before_gate:
+            return self.norm(x.float() * silu)
+        return self.norm(x.float()) * silu
+
+
+class _MambaSimpleOneGroup(Mutant):
+    """mamba PR #910: `Mamba2Simple` built its `RMSNormGated` without `group_size`, so the norm took
+    one group over all `ngroups` groups. The kernel (mamba_ssm's Triton RMSNormGated) is fused."""
+
+    def __init__(self, hidden_size, **kw):
+        super().__init__(hidden_size, **{**kw, "group_size": None})
+
+
+TENSOR_PARALLEL = 2     # the ranks a Mamba2 layer is sharded over in mamba PRs #908/#951
+
+
+class _MambaTpGlobalNgroups(Mutant):
+    """mamba PRs #908 and #951 (also #916): under tensor parallelism `Mamba2` passed
+    `group_size=self.d_ssm // ngroups`, the local (sharded) width over the global group count, so
+    each rank's groups are `TENSOR_PARALLEL` times too small. A case's hidden size and group size are
+    one rank's; where the wrong size does not divide the hidden size (or is 0), the kernel fails, as
+    mamba's `assert N % group_size == 0` does."""
+
+    def __init__(self, hidden_size, *, group_size=None, **kw):
+        super().__init__(hidden_size, **kw)
+        global_ngroups = hidden_size // (group_size or hidden_size) * TENSOR_PARALLEL
+        self.group_size = hidden_size // global_ngroups
+
+
+class _LigerBlockSumInBf16(PerTokenWeight):
+    """Liger-Kernel PR #950 (merged 2025-12): `_block_rms_norm_backward_kernel` summed each block of
+    16 rows with `tl.sum` over bf16 terms (`dY * (X * rstd).to(X_dtype)`), so the reduction itself
+    ran in bf16 before its float32 accumulator: each term and every partial of the block's tree sum
+    is rounded to the weight's dtype (x's, in Liger), the block sums are added in float32, and the
+    total is rounded once. (The block kernel runs from 32768 rows; modelled here for every shape.)"""
+    @staticmethod
+    def backward(ctx, grad):
+        rows, hidden = grad.shape
+        block = F.pad(grad.to(ctx.dtype), (0, 0, 0, -rows % 16)).reshape(-1, 16, hidden)
+        while block.shape[1] > 1:
+            block = block[:, 0::2] + block[:, 1::2]
+        return block[:, 0].float().sum(0).to(ctx.dtype), None
+
+
+class _LigerDweightBlockBf16(DweightSummedBy):
+    reduction = _LigerBlockSumInBf16
+
+
+class _DxGetsDz(torch.autograd.Function):
+    """Identity on (x, gate) forward; backward as fla's `LayerNormFn.backward` before the fix of
+    issue #155 (commit 8590e36c, 2025-02): `dx = dz.reshape(x_shape)` overwrote dx with the gate's
+    gradient, and dz went back flat [tokens, hidden] (autograd then casts dx to x's dtype, and
+    rejects the flat dz for inputs of more than two dimensions)."""
+    @staticmethod
+    def forward(ctx, x, gate):
+        ctx.shape = x.shape
+        return x.view_as(x), gate.view_as(gate)
+
+    @staticmethod
+    def backward(ctx, dx, dz):
+        return dz.reshape(ctx.shape), dz.reshape(-1, ctx.shape[-1])
+
+
+class _FlaDxIsDz(Mutant):
+    def forward(self, x, gate):
+        return super().forward(*_DxGetsDz.apply(x, gate))
+
+
+class _ZcPlusOneInWeightDtype(Mutant):
+    """Megatron-LM PR #5821 (closed, 2026-07): GatedDeltaNet's fused output norm called fla's
+    `rms_norm_gated(x, gate, weight + 1.0, ...)` for zero-centred gamma, so 1 + w was rounded to the
+    weight's dtype before the kernel (its own test allowed a 3e-3 relative deviation). Modelled from
+    the PR's description and its test's fused call: the diff of its source could not be read here."""
+
+    def gamma(self):
+        w = self.weight
+        return (w + 1.0).float() if self.zero_centered_gamma else w.float()
+
+
+_FUSED = dict(rounding="fused", points=frozenset())
+vllm_native_fp32 = _mutant("vllm_native_fp32", _VllmNativeFp32, "the native path's float32 y returned "
+                           "uncast — vLLM PR #35369", **_FUSED)
+mamba_simple_one_group = _mutant("mamba_simple_one_group", _MambaSimpleOneGroup, "one group normalised where "
+                                 "ngroups were meant — mamba PR #910 (Mamba2Simple)", **_FUSED)
+mamba_tp_global_ngroups = _mutant("mamba_tp_global_ngroups", _MambaTpGlobalNgroups, "group size from the "
+                                  f"global ngroups under tensor parallelism (tp={TENSOR_PARALLEL}) — mamba PRs "
+                                  "#908/#951", **_FUSED)
+liger_dweight_block_bf16 = _mutant("liger_dweight_block_bf16", _LigerDweightBlockBf16, "dweight's 16-row "
+                                   "blocks summed by tl.sum in bf16 — Liger-Kernel PR #950")
+fla_dx_is_dz = _mutant("fla_dx_is_dz", _FlaDxIsDz, "the gated backward wrote dgate's values into dx — "
+                       "flash-linear-attention #155", **_FUSED)
+zc_plus_one_in_weight_dtype = _mutant("zc_plus_one_in_weight_dtype", _ZcPlusOneInWeightDtype, "zero-centred "
+                                      "weight + 1.0 formed in the weight's dtype before fla's fused kernel — "
+                                      "Megatron-LM PR #5821", **_FUSED)
+
 def spec(name: str) -> str:
     """The --impl text that loads mutant `name` (in a worker process too)."""
     return f"{name}=harness.mutants:{name.replace('-', '_')}"
+
+
+# ---- math-class mutants (issue 26): the fast-math emulation of harness/impls/fastmath.py, broken
+# beyond the fast class's bounds (harness/mutant_base.py) or declared at a class it does not realise
+
+def _math_mutant(attr: str, math: FastMath, bug: str, declared: str = "fast", ftz: bool = False):
+    """A fused fast-math emulation named `attr`, declaring `declared` math (and `ftz`)."""
+    make = emulation(math)
+    make.__name__ = make.__qualname__ = attr
+    make.rounding, make.math, make.ftz, make.__doc__ = "fused", declared, ftz, bug
+    MUTANTS[attr.replace("_", "-")] = make
+    return make
+
+
+fast_math_declared_accurate = _math_mutant(
+    "fast_math_declared_accurate", FastMath(ftz=False), "fast math (exp as exp2 of the float32-rounded "
+    "t log2 e: Triton's tl.exp), but declares accurate", declared="accurate")
+ftz_declared_without_ftz = _math_mutant(
+    "ftz_declared_without_ftz", FastMath(ftz=True), "flushes float32 subnormals to zero (.ftz, "
+    "-use_fast_math), but declares no FTZ")
+exp_argument_in_bf16 = _math_mutant(
+    "exp_argument_in_bf16", ExpArgumentInBf16(ftz=False), "exp's argument t log2 e rounded to bf16 before "
+    "ex2: beyond the fast class")
+sigmoid_cubic_exp2 = _math_mutant(
+    "sigmoid_cubic_exp2", ExpCubic(ftz=False), "sigmoid from a cubic approximation of exp2 (relative "
+    "error ~1e-4): beyond the fast class")

@@ -102,6 +102,7 @@ class _Suite:
     cases: tuple                 # of Case
     ref: str                     # suite name or .toml path; "" for cases from no suite (replays by JSON)
     device: str | None
+    math: str | None = None      # judge at this math class instead of the declared one
 
 
 def _impl_name(impl) -> str:
@@ -120,18 +121,17 @@ def group_name(case) -> str:
     return f"h{hidden}-{x}-{gate}-{weight}-g{group}-{'norm' if norm_first else 'gate'}"
 
 
-def suite(impl, cases="quick", *, device: str | None = None):
+def suite(impl, cases="quick", *, device: str | None = None, math: str | None = None):
     """One test per case of `cases` (a suite name; a .toml path, absolute or relative to the current
     directory; or a list of Case) for `impl` (a built-in name, an entry point's name,
-    NAME=MODULE:ATTR, a factory, or a list of these). `device`: the default of --harness-device."""
+    NAME=MODULE:ATTR, a factory, or a list of these). `device`: the default of --harness-device; `math`:
+    a math class ("fast", "accurate+ftz", ...) to judge at instead of the declared one."""
     from harness.cases.suite import load_suite
-    if isinstance(cases, (str, Path)):
-        ref = str(cases)
-        if Path(ref).suffix == ".toml" or Path(ref).exists():
-            ref = str(Path(ref).resolve())          # replay commands run from anywhere
-        s = _Suite(tuple(impl) if isinstance(impl, (list, tuple)) else (impl,), load_suite(ref).cases, ref, device)
-    else:
-        s = _Suite(tuple(impl) if isinstance(impl, (list, tuple)) else (impl,), tuple(cases), "", device)
+    ref = str(cases) if isinstance(cases, (str, Path)) else ""
+    if ref and (Path(ref).suffix == ".toml" or Path(ref).exists()):
+        ref = str(Path(ref).resolve())          # replay commands run from anywhere
+    impls = tuple(impl) if isinstance(impl, (list, tuple)) else (impl,)
+    s = _Suite(impls, load_suite(ref).cases if ref else tuple(cases), ref, device, math)
     many = len(s.impls) > 1
     params = [pytest.param(c, k, id=case_test_id(c, _impl_name(i) if many else ""),
                            marks=[pytest.mark.xdist_group(group_name(c)), getattr(pytest.mark, MARK)])
@@ -187,7 +187,7 @@ class _Session:
         if s not in self._plans:
             try:
                 self._plans[s] = plan(list(s.impls), s.ref or list(s.cases), self.device or s.device or "auto",
-                                      budgets=None if self.regen else self.budgets)
+                                      budgets=None if self.regen else self.budgets, math=s.math)
             except UsageError as e:
                 self._plans[s] = e
         if isinstance(self._plans[s], Exception):       # every test of the suite says so, in one line

@@ -7,7 +7,6 @@ The case comes from a suite (by id), is rebuilt from a results.csv row (every Ca
 column there), or is given as the JSON of its parameters; it must hash back to the id asked for."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,46 +16,11 @@ from harness.analysis.check import rows as result_rows
 from harness.analysis.explain import reason
 from harness.analysis.result import PairResult
 from harness.cases.case import Case
+from harness.cases.params import case_from_json, case_from_row
 from harness.pipeline.drive import Pipeline
 from harness.pipeline.settings import Settings, replay_command
 from harness.references.errors import UsageError
 from harness.reports.rundir import RunDir, read_csv
-
-
-def _bool(v) -> bool:
-    s = str(v).strip().lower()
-    if s in ("true", "1"):
-        return True
-    if s in ("false", "0"):
-        return False
-    raise ValueError(f"{v!r} is not true/false")
-
-
-def case_from_row(row: dict) -> Case:
-    """Rebuild a Case from one results.csv row (values as strings or parsed)."""
-    need = ("dtype", "gate_dtype", "weight_dtype", "shape", "zero_centered_gamma", "eps", "x_dist",
-            "gate_dist", "gamma_dist", "seed")
-    missing = [k for k in need if k not in row or str(row[k]).strip() in ("", "nan")]
-    if missing:
-        raise ValueError(f"missing column(s) {', '.join(missing)}")
-    shape = tuple(int(s) for s in str(row["shape"]).strip().split("x"))
-    group = row.get("group_size", "")
-    group = int(float(group)) if str(group).strip() not in ("", "nan") else None
-    nbg = row.get("norm_before_gate", "")
-    return Case(str(row["dtype"]), str(row["gate_dtype"]), str(row["weight_dtype"]), shape,
-                _bool(row["zero_centered_gamma"]), float(row["eps"]), str(row["x_dist"]), str(row["gate_dist"]),
-                str(row["gamma_dist"]), int(float(row["seed"])), group,
-                _bool(nbg) if str(nbg).strip() not in ("", "nan") else True,
-                str(row.get("dy_dist") or "normal"))
-
-
-def case_from_json(text: str) -> Case:
-    try:
-        params = json.loads(text)
-        params["shape"] = tuple(params["shape"])
-        return Case(**params)
-    except (ValueError, TypeError, KeyError) as e:
-        raise UsageError(f"--case: not the JSON of a case's parameters ({type(e).__name__}: {e})") from None
 
 
 def find_case(case_id: str, cases: str, case_json: str | None = None) -> Case:
@@ -84,10 +48,7 @@ def find_case(case_id: str, cases: str, case_json: str | None = None) -> Case:
     hit = df[df["case_id"] == case_id] if "case_id" in df.columns else df.iloc[0:0]
     if hit.empty:
         raise UsageError(f"case {case_id} not found in {f}")
-    try:
-        case = case_from_row(hit.iloc[0].to_dict())
-    except (ValueError, TypeError) as e:
-        raise UsageError(f"{f}: case {case_id}: cannot rebuild the case: {e}") from None
+    case = case_from_row(hit.iloc[0].to_dict(), f"{f}: case {case_id}")
     if case.case_id != case_id:
         raise UsageError(f"{f}: case {case_id}: the row's parameters hash to {case.case_id} "
                          f"(results.csv edited, or written by another case schema)")
@@ -119,7 +80,7 @@ def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override
 def format_replay(r: Replay) -> str:
     res = r.result
     lines = [f"case {res.case.case_id} [{res.case.regime}] {res.case.label}",
-             f"impl {res.impl.name} ({res.impl.rounding.name}) on {res.device}"]
+             f"impl {res.impl.name} ({res.impl.rounding.name}, {res.impl.math.label} math) on {res.device}"]
     for c in res.checks:
         head = f"{c.output:7s} vs {c.reference.label:12s} {c.status.upper():5s}"
         why = reason(c.output, c.reference.label, c.finding)

@@ -2,7 +2,7 @@
 under the current budgets and policy.
 
 A pair is kept when it is complete (every check of its implementation), of this invocation's cases,
-implementations and device, of this schema and harness version, and produced by what this
+implementations, device and math classes, of this schema and harness version, and produced by what this
 invocation would run: the same --impl text (impl_spec) and the same source (impl_hash,
 harness.impls.source) — a changed implementation reruns. An `error` pair is finished (a case that
 kills its worker is not retried forever).
@@ -105,6 +105,7 @@ def resume_rows(sw) -> pd.DataFrame:
             return kept[name].astype(str) if name in kept.columns else pd.Series("", index=kept.index)
         same = pd.Series([(c, i) in planned for c, i in zip(kept["case_id"], kept["impl"])], index=kept.index)
         same &= column("device") == s.device
+        same &= column("math") == kept["impl"].map({i.name: i.math.label for i in sw.impls})  # the class judged at
         same &= pd.to_numeric(column("schema_version"), errors="coerce") == SCHEMA_VERSION
         same &= column("harness_version") == VERSION
         ran = [(spec_of(impls[n], s), s.impl_hashes.get(n, "")) if n in impls else None for n in kept["impl"]]

@@ -12,7 +12,7 @@ from harness.api import plan, run_plan
 from harness.impls.registry import builtins
 from harness.mutants import MUTANTS, spec
 
-CORRECT = ("torch", "torch-fused", "torch-xhat", "torch-compile-emulate")
+CORRECT = ("torch", "torch-fused", "torch-xhat", "torch-compile-emulate", "torch-fastmath", "torch-fastmath-ftz")
 
 
 def correct_builtins(device: str) -> list[str]:

@@ -11,6 +11,7 @@ from harness.references import accel
 from harness.references.certify import Certified, certify
 from harness.references.exact import Inputs
 from harness.references.formats import Format
+from harness.references.mathclass import ACCURATE, MathClass
 from harness.references.models import resolve
 from harness.references.models.reference import exact_allowance, model_reference
 
@@ -21,23 +22,24 @@ class CaseReferences:
     values: dict[str, torch.Tensor]
     gauges: dict[str, torch.Tensor]
     golden: dict[str, Certified] = field(default_factory=dict)     # keyed "output:fmt"
-    models: dict[tuple[str, str], dict] = field(default_factory=dict)
-    allowances: dict[tuple[str, str], dict] = field(default_factory=dict)
+    models: dict[tuple[str, str, str], dict] = field(default_factory=dict)       # (model, act, math)
+    allowances: dict[tuple[str, str, str], dict] = field(default_factory=dict)
     mp_rows: dict = field(default_factory=dict)      # mpmath rows shared by every certification
 
-    def exact_for(self, model, act: Format, output: str):
-        """(lo, hi, gauge): the exact value widened by `model`'s absolute underflow allowance."""
-        key = (resolve(model).name, act.name)
+    def exact_for(self, model, act: Format, output: str, mc: MathClass = ACCURATE):
+        """(lo, hi, gauge): the exact value widened by the allowance of `model` and math class `mc`
+        (underflow, a fast exp's per-element noise, FTZ)."""
+        key = (resolve(model).name, act.name, mc.label)
         if key not in self.allowances:
-            self.allowances[key] = exact_allowance(self.inputs, model, act)
+            self.allowances[key] = exact_allowance(self.inputs, model, act, mc)
         lo, hi = self.allowances[key][output]
         return lo, hi, self.gauges[output]
 
-    def model(self, model, act: Format, output: str):
-        """(lo, hi, gauge) of `model`'s reference interval."""
-        key = (resolve(model).name, act.name)
+    def model(self, model, act: Format, output: str, mc: MathClass = ACCURATE):
+        """(lo, hi, gauge) of the reference interval of `model` computed in math class `mc`."""
+        key = (resolve(model).name, act.name, mc.label)
         if key not in self.models:
-            self.models[key] = model_reference(self.inputs, model, act)
+            self.models[key] = model_reference(self.inputs, model, act, mc)
         return self.models[key][output]
 
     def certified(self, output: str, fmt: Format) -> Certified:

@@ -12,3 +12,12 @@ class Unsupported(Exception):
     """Raised by an implementation's factory or forward for a case it does not support (SPEC §3):
     the case gives `skip` rows with this reason, neither pass nor fail."""
 
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """The machine had no memory for the work (a case too big for it): MemoryError, torch's
+    OutOfMemoryError (CUDA's included), or the CPU allocator's RuntimeError, which names no type
+    of its own ("DefaultCPUAllocator: can't allocate memory")."""
+    if isinstance(e, MemoryError) or any(c.__name__ == "OutOfMemoryError" for c in type(e).__mro__):
+        return True
+    return isinstance(e, RuntimeError) and "can't allocate memory" in str(e)

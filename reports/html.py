@@ -4,8 +4,8 @@ its tables are capped before templating, so 50,000-row results render in seconds
 page only through jinja2 with autoescape: a reason or a name is text, never markup.
 
 "Gated" rows are the checks an implementation is judged by: against the exact value and against
-its declared model (reference `model:<rounding>`). `harness identify` rows against the other
-built-in models feed the "which model" section only."""
+its declared model at its math class (reference `model:<rounding>`). `harness identify` rows
+against the other built-in models and classes feed the "which model" section only."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.references.atomic import atomic_write
 from harness.reports import plots
-from harness.reports.realised import model_fits, verdict_line
+from harness.reports.realised import least_class, model_fits, verdict_line, within
 from harness.reports.schema import STATUSES
 from harness.reports.summary import budget_ratio, gated, normalize, pair_notes, sort_keys, worst_value
 
@@ -84,33 +84,43 @@ def verdict(d: pd.DataFrame, exit_code: int) -> dict:
 
 def models(d: pd.DataFrame) -> dict:
     """Per implementation, out dtype and output: the models within budget (every measured check
-    against model:<name> passed); one verdict line per implementation, as `harness identify` says it."""
+    against model:<name> passed), each at the least permissive math class at which it is; one
+    verdict line per implementation, as `harness identify` says it."""
     fit = model_fits(d)
     names = sorted(fit["model"].unique())
-    declared = d[d["rounding"] != ""].groupby("impl", sort=False)["rounding"].first().to_dict()
+    firsts = d[d["rounding"] != ""].groupby("impl", sort=False)[["rounding", "math"]].first()
     impls, rows = [], []
     for impl in sorted(d["impl"].unique()):
-        f, own = fit[fit["impl"] == impl], declared.get(impl, "")
+        f = fit[fit["impl"] == impl]
+        own, own_math = firsts.loc[impl].tolist() if impl in firsts.index else ("", "")
         if f.empty:
-            impls.append({"impl": impl, "declared": own, "line": f"{impl}: no model check was measured"})
+            impls.append({"impl": impl, "declared": own, "declared_math": own_math,
+                          "line": f"{impl}: no model check was measured"})
             continue
-        line = verdict_line(impl, f, own)
-        if f["model"].nunique() == 1:
-            line += " (only one model measured; harness identify measures every built-in model)"
-        impls.append({"impl": impl, "declared": own, "line": line})
+        line = verdict_line(impl, f, own, own_math)
+        if len(f[["model", "math"]].drop_duplicates()) == 1:
+            line += " (only one model measured, at one math class; harness identify measures every built-in model at every class)"
+        impls.append({"impl": impl, "declared": own, "declared_math": own_math, "line": line})
         for (dt, out), g in sort_keys(f, ["out_dtype", "output"]).groupby(["out_dtype", "output"], sort=False):
-            by = {r.model: r for r in g.itertuples()}
-            cells = []
-            for name in names:
-                r, star = by.get(name), " ★" if name == own else ""
-                if r is None:
-                    cells.append(("–" + star, "c-na", "not measured"))
-                else:
-                    cells.append((("within" if r.ok else f"{r.checks - r.passed} of {r.checks} over") + star,
-                                  "c-ok" if r.ok else "c-over", f"model:{name}: {r.passed} of {r.checks} passed"))
-            within = ", ".join(n for n in names if n in by and by[n].ok) or "none"
-            rows.append({"key": [impl, dt, out], "cells": cells, "within": within})
+            cells = [_model_cell(g[g["model"] == name], name == own) for name in names]
+            rows.append({"key": [impl, dt, out], "cells": cells, "within": within(g)})
     return {"names": names, "impls": impls, "rows": rows}
+
+
+def _model_cell(g: pd.DataFrame, declared: bool) -> tuple[str, str, str]:
+    """One model's cell: within (at its least class), or how many checks were over at the least
+    class measured; text, colour class, tooltip."""
+    star = " ★" if declared else ""
+    if g.empty:
+        return "–" + star, "c-na", "not measured"
+    ok = g[g["ok"]]
+    if len(ok):
+        mc = least_class(ok["math"])
+        r = ok[ok["math"] == mc].iloc[0]
+        return f"within ({mc}){star}", "c-ok", f"{r.passed} of {r.checks} passed at {mc} math"
+    r = g[g["math"] == least_class(g["math"])].iloc[0]
+    return (f"{r.checks - r.passed} of {r.checks} over{star}", "c-over",
+            f"{r.passed} of {r.checks} passed at {r.math} math (no class measured fits)")
 
 
 def _cell(r) -> tuple[str, str, str]:
@@ -190,7 +200,9 @@ def speed(d: pd.DataFrame) -> dict:
         big = t.loc[t["_size"].fillna(-1).idxmax()] if len(t) else None
         own = r[r["reference"] != "exact"]
         exact = r[r["reference"] == "exact"]
-        rows.append({"impl": impl, "model": next((x for x in d.loc[d["impl"] == impl, "rounding"] if x), ""),
+        mine = d[(d["impl"] == impl) & (d["rounding"] != "")]
+        model = "" if mine.empty else ", ".join(x for x in (mine["rounding"].iloc[0], mine["math"].iloc[0]) if x)
+        rows.append({"impl": impl, "model": model,
                      "n": len(t), "median": t["impl_seconds"].median(),
                      "big": np.nan if big is None else big["impl_seconds"],
                      "big_case": "" if big is None else big["label"],
@@ -288,7 +300,7 @@ def render_report(data, path: Path) -> Path:
     d = prepare(data.results)
     g = d[d["_gated"]]
     summary = data.summary
-    own = d[(d["reference_kind"] == "model") & (d["reference_model"] == d["rounding"])]
+    own = d[(d["reference_kind"] == "model") & d["_gated"]]
     declared = own.groupby("impl")["reference"].first().to_dict()
     jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                               undefined=jinja2.StrictUndefined)

@@ -1,38 +1,67 @@
-"""Which rounding model an implementation realises, from its rows against model references: the one
-home of the rule `harness identify` prints and the report's section shows. A model fits an output
-(of an output dtype) when every measured check against it passed; an implementation realises the
-models that fit all its outputs."""
+"""Which rounding model and math class an implementation realises, from its rows against model
+references: the one home of the rule `harness identify` prints and the report's section shows.
+
+A model reference is a model at a math class (results.csv's `reference_model`, `reference_math`;
+identify measures every built-in model at every class). A (model, class) fits an output (of an
+output dtype) when every measured check against it passed; an implementation realises the (model, class) pairs that fit all its outputs, and identify names the
+least permissive class at which any model does (references.mathclass.CLASSES' order)."""
 from __future__ import annotations
 
 import pandas as pd
 
+from harness.references.mathclass import CLASSES
+
+RANK = {c.label: k for k, c in enumerate(CLASSES)}
+
 
 def model_fits(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (impl, out_dtype, output, model): checks, passed, ok — from the pass/fail rows against a
-    model reference (errors and skips measure nothing)."""
+    """Per (impl, out_dtype, output, model, math): checks, passed, ok — from the pass/fail rows
+    against model references (errors and skips measure nothing), by the reference's model and math
+    class columns."""
     m = df[(df["reference_kind"].astype(str) == "model") & df["status"].isin(["pass", "fail"])]
-    m = m.assign(model=m["reference_model"].astype(str), _pass=m["status"] == "pass")
-    fit = m.groupby(["impl", "out_dtype", "output", "model"], sort=False).agg(
+    m = m.assign(model=m["reference_model"].astype(str), math=m["reference_math"].astype(str),
+                 _pass=m["status"] == "pass")
+    fit = m.groupby(["impl", "out_dtype", "output", "model", "math"], sort=False).agg(
         checks=("_pass", "size"), passed=("_pass", "sum")).reset_index()
     return fit.assign(ok=fit["checks"] == fit["passed"])
 
 
-def realised(fit: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """From one implementation's fits: the models every output fits, and the outputs ("dtype output")
-    that no model fits."""
-    whole = [m for m, ok in fit.groupby("model", sort=True)["ok"].all().items() if ok]
+def least_class(labels) -> str:
+    """The least permissive of these math class labels (unknown ones last)."""
+    return min(labels, key=lambda c: (RANK.get(c, len(RANK)), c))
+
+
+def realised(fit: pd.DataFrame) -> tuple[list[str], str, list[str]]:
+    """From one implementation's fits: the models that fit every output at the least permissive
+    class at which any does, that class, and the outputs ("dtype output") that no (model, class)
+    fits."""
+    whole = fit.groupby(["model", "math"], sort=True)["ok"].all()
+    whole = whole[whole]
     per = fit.groupby(["out_dtype", "output"], sort=False)["ok"].any()
-    return whole, [f"{dt} {out}" for (dt, out), ok in per.items() if not ok]
+    none = [f"{dt} {out}" for (dt, out), ok in per.items() if not ok]
+    if whole.empty:
+        return [], "", none
+    best = least_class({mc for _, mc in whole.index})
+    return sorted(name for name, mc in whole.index if mc == best), best, none
 
 
-def verdict_line(impl: str, fit: pd.DataFrame, declared: str = "") -> str:
-    """`IMPL realises MODEL`, or `IMPL realises no single declared model: ...` (SPEC §4)."""
-    whole, none = realised(fit)
-    if whole:
-        line = f"{impl} realises {' = '.join(whole)}" + \
-            (" (the models coincide on these cases)" if len(whole) > 1 else "")
-        if declared and declared not in whole:
-            line += f"; it declares {declared}"
+def within(g: pd.DataFrame) -> str:
+    """One output's fits as text: each model that fits at some class, at its least one."""
+    ok = g[g["ok"]]
+    if ok.empty:
+        return "none"
+    best = ok.groupby("model", sort=True)["math"].agg(least_class)
+    return ", ".join(f"{name} ({mc})" for name, mc in best.items())
+
+
+def verdict_line(impl: str, fit: pd.DataFrame, declared: str = "", declared_math: str = "") -> str:
+    """`IMPL realises MODEL, CLASS math`, or `IMPL realises no single declared model: ...` (SPEC §4)."""
+    models, mc, none = realised(fit)
+    if models:
+        line = f"{impl} realises {' = '.join(models)}" + \
+            (" (the models coincide on these cases)" if len(models) > 1 else "") + f", {mc} math"
+        if declared and (declared not in models or (declared_math and declared_math != mc)):
+            line += f"; it declares {declared}" + (f", {declared_math} math" if declared_math else "")
         return line
     return f"{impl} realises no single declared model: " + \
         (f"{', '.join(none)} fit none" if none else "each output fits some model, no one model fits all")

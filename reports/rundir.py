@@ -7,16 +7,20 @@ page cache, which outlives the process. No fsync per pair (9 ms each on a CI dis
 against the machine going down); the sweep's end rewrites the file whole, atomically, in suite
 order. `repair_for_resume` drops a torn tail and any incomplete pair. pair-timing.csv is appended
 the same way. Every other file is written whole, atomically (temporary file beside it, fsync,
-rename), with the process's normal permissions. A sweep holds the directory's lock (an flock on
-.harness.lock, which the kernel drops when the holder dies, however it dies) while it runs: a
-second run into the same directory fails at once, naming the first. The lock file's first line
-names the holder; a line `worker PID` follows for every worker process it starts."""
+rename), with the process's normal permissions. A sweep holds the directory's lock (an flock on the
+directory itself, which the kernel drops when the holder dies, however it dies, and which no file
+operation inside the directory can undo) while it runs: a second run into the same directory fails
+at once, naming the first. The lock file .harness.lock names the holder on its first line; a line
+`worker PID` follows for every worker process it starts. It is never opened through a symbolic
+link, and only as a regular file of one link."""
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -27,13 +31,13 @@ import pandas as pd
 
 from harness.references.atomic import atomic_write
 from harness.references.errors import UsageError
-from harness.reports.schema import INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, TEXT_COLUMNS, columns
+from harness.reports.schema import INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, TEXT_COLUMNS, columns, number_columns
 
 RESULTS, SUMMARY, REPORT, TIMING, PAIR_TIMING, LOCK = (
     "results.csv", "summary.csv", "report.html", "timing.csv", "pair-timing.csv", ".harness.lock")
 OUTPUTS = (RESULTS, SUMMARY, REPORT, TIMING, PAIR_TIMING)          # what a run writes in its directory
 PAIR = ["case_id", "impl"]
-_HELD: dict[str, list] = {}          # resolved directory -> [lock fd, depth]: this process's locks
+_HELD: dict[str, list] = {}     # resolved directory -> [its fd (flocked), lock file fd, depth]: this process's locks
 _HELD_LOCK = threading.Lock()
 _NA = ["", "nan", "NaN", "-nan"]                 # what a blank or missing number reads as
 
@@ -42,6 +46,21 @@ def _cell(v):
     if isinstance(v, float):
         return repr(v)
     return v
+
+
+def _try_flock(fd: int) -> bool | None:
+    """An exclusive flock on fd without waiting: True taken, False held by another, None where the
+    filesystem cannot lock this kind of file."""
+    import fcntl
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        if e.errno in (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            return None
+        raise
 
 
 def read_csv(path, text=TEXT_COLUMNS) -> pd.DataFrame:
@@ -63,7 +82,21 @@ def read_results(path: Path) -> pd.DataFrame:
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise UsageError(f"{path}: not a results.csv (missing column {missing[0]!r})")
+    check_numbers(df, path)
     return df
+
+
+def check_numbers(df: pd.DataFrame, path) -> None:
+    """Every cell of a number column is a number or blank (UsageError naming the first that is not:
+    a baseline's "n/a" must not read as a value nothing can regress from)."""
+    for c in number_columns():
+        if c in df.columns and not pd.api.types.is_numeric_dtype(df[c]):
+            text = df[c].astype(str).str.strip()
+            bad = pd.to_numeric(text, errors="coerce").isna() & ~text.isin(["", *_NA]) & df[c].notna()
+            if bad.any():
+                i = int(bad.to_numpy().argmax())
+                raise UsageError(f"{path}: row {i + 1} ({df['case_id'].iloc[i]} {df['impl'].iloc[i]}): column {c}: "
+                                 f"{df[c].iloc[i]!r} is not a number; a results.csv holds a number (or nothing) there")
 
 
 def results_text(df: pd.DataFrame) -> str:
@@ -223,52 +256,101 @@ class RunDir:
     @contextmanager
     def lock(self, flag: str = "--out"):
         """Hold the directory for this process (re-entrant within it); a second process fails at
-        once with one line naming the holder."""
-        import fcntl
+        once with one line naming the holder (see _acquire)."""
         key = str(self.path.resolve())
         with _HELD_LOCK:
-            if key in _HELD:
-                _HELD[key][1] += 1
-                held = True
-            else:
-                held = False
-        if held:
+            held = _HELD.get(key)
+            if held is not None:
+                held[2] += 1
+        if held is not None:
             try:
                 yield self
             finally:
                 with _HELD_LOCK:
-                    _HELD[key][1] -= 1
+                    _HELD[key][2] -= 1
             return
+        dir_fd, note_fd = self._acquire(flag)
+        with _HELD_LOCK:
+            _HELD[key] = [dir_fd, note_fd, 1]
+        try:
+            yield self
+        finally:
+            with _HELD_LOCK:
+                del _HELD[key]
+            os.close(note_fd)
+            os.close(dir_fd)
+
+    def _acquire(self, flag: str) -> tuple[int, int]:
+        """The lock is an flock on the directory itself, which nothing in it can delete or replace
+        (deleting .harness.lock does not let a second run in). The lock file only names the holder;
+        it is opened without following a symbolic link and must be a regular file with one link, so
+        that a planted link cannot make the harness truncate another file. Where the filesystem
+        cannot lock a directory (NFS emulates flock with POSIX locks, which need a file open for
+        writing), the lock file's own descriptor is locked instead, as every run there does."""
+        try:
+            dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as e:
+            raise UsageError(f"{flag} {self.path}: cannot open the directory ({e.strerror or e})") from None
+        note_fd = -1
+        try:
+            locked = _try_flock(dir_fd)
+            if locked is False:
+                raise UsageError(self._in_use(flag))
+            note_fd = self._open_note(flag, os.O_RDWR | os.O_CREAT)
+            if locked is None:
+                locked = _try_flock(note_fd)
+                if locked is None:
+                    raise UsageError(f"{flag} {self.path}: its filesystem cannot lock files; choose another directory")
+                if not locked:
+                    raise UsageError(self._in_use(flag))
+            os.ftruncate(note_fd, 0)
+            os.pwrite(note_fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                               f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv[:6])}\n".encode(), 0)
+            return dir_fd, note_fd
+        except BaseException:
+            if note_fd >= 0:
+                os.close(note_fd)
+            os.close(dir_fd)
+            raise
+
+    def _in_use(self, flag: str) -> str:
+        return (f"{flag} {self.path}: in use by another harness run ({self._holder(flag)}); wait for it or "
+                f"choose another directory")
+
+    def _open_note(self, flag: str, mode: int) -> int:
+        """The lock file, opened with `mode`: a regular file of one link, never through a symlink."""
         path = self.file(LOCK)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = os.open(path, mode | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
         except OSError as e:
-            raise UsageError(f"{flag} {self.path}: cannot create its lock file ({e.strerror or e})") from None
+            if e.errno == errno.ELOOP:
+                raise UsageError(f"{flag} {self.path}: {LOCK} is a symbolic link, not the harness's lock file; "
+                                 f"remove it (the file it points to was left untouched)") from None
+            raise UsageError(f"{flag} {self.path}: cannot open its lock file {LOCK} ({e.strerror or e})") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink} hard links"
+            raise UsageError(f"{flag} {self.path}: {LOCK} is {what}, not the harness's lock file; remove it "
+                             f"(it was left untouched)")
+        return fd
+
+    def _holder(self, flag: str) -> str:
+        """The holder's line of the lock file, for the refusal message."""
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                first = os.pread(fd, 4096, 0).decode(errors="replace").splitlines()
-                holder = first[0].strip() if first and first[0].strip() else "another process"
-                raise UsageError(f"{flag} {self.path}: in use by another harness run ({holder}); wait for it "
-                                 f"or choose another directory") from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
-                          f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv[:6])}\n".encode(), 0)
-            with _HELD_LOCK:
-                _HELD[key] = [fd, 1]
-            try:
-                yield self
-            finally:
-                with _HELD_LOCK:
-                    del _HELD[key]
+            fd = self._open_note(flag, os.O_RDONLY)
+        except UsageError:
+            return f"its lock file {LOCK} is missing or was replaced"
+        try:
+            first = os.pread(fd, 4096, 0).decode(errors="replace").splitlines()
         finally:
             os.close(fd)
+        return first[0].strip() if first and first[0].strip() else "another process"
 
     def note_worker(self, pid: int) -> None:
         """Add `worker PID` to the lock file of a directory this process holds (else nothing)."""
         with _HELD_LOCK:
             held = _HELD.get(str(self.path.resolve()))
             if held is not None:
-                fd = held[0]
+                fd = held[1]
                 os.pwrite(fd, f"worker {pid}\n".encode(), os.fstat(fd).st_size)

@@ -7,21 +7,22 @@ from __future__ import annotations
 from harness.references.metrics import registry
 
 # 2: skip rows, op variants, dy_dist, every metric vs the model in ULP, timings
-# 3: fail_kind, the reference's kind and model, what ran (impl_spec, impl_hash), inputs_modified, notes,
-#    the first differing element of a later call
+# 3: math (the declared math class); fail_kind, the reference's kind, model and math class, what ran
+#    (impl_spec, impl_hash), inputs_modified, notes, the first differing element of a later call
 SCHEMA_VERSION = 3
 
 _SPEC = (
     "case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
     "zero_centered_gamma", "eps", "gate_dist", "output", "reference", "max_ulp", "mean_ulp",
     "max_abs_err", "max_rel_err", "max_scaled_err", "budget_metric", "budget", "status",
-    "group_size", "norm_before_gate", "fail_kind",
+    "group_size", "norm_before_gate", "math", "fail_kind",
 )
 _CASE = ("label", "regime", "act_dtype", "out_dtype", "hidden", "tokens", "x_dist", "gamma_dist", "dy_dist",
          "seed")
 _DETAIL = ("p99_ulp", "count_over", "n_elements", "cr_mismatch", "certified", "uncertified",
            "worst_index", "worst_got", "worst_ref", "worst_inputs")
-_VERDICT = ("reference_kind", "reference_model", "budget_source", "regressed", "baseline_value", "reason", "replay")
+_VERDICT = ("reference_kind", "reference_model", "reference_math", "budget_source", "regressed", "baseline_value",
+            "reason", "replay")
 _RUN = ("suite", "harness_version", "impl_spec", "impl_hash", "pair_seconds", "impl_seconds", "bytes_moved",
         "floor_fraction", "repeatable", "differing_elements", "differing_index", "differing_first", "differing_later",
         "repeat_error", "inputs_modified", "notes", "schema_version")
@@ -32,10 +33,13 @@ STATUSES = ("pass", "fail", "error", "skip")
 TEXT_COLUMNS = ("case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
                 "gate_dist", "output", "reference", "budget_metric", "status", "label", "regime", "act_dtype",
                 "out_dtype", "x_dist", "gamma_dist", "dy_dist", "worst_index", "worst_inputs", "budget_source",
-                "reason", "replay", "suite", "harness_version", "fail_kind", "reference_kind", "reference_model",
-                "impl_spec", "impl_hash", "differing_index", "repeat_error", "inputs_modified", "notes")
+                "reason", "replay", "suite", "harness_version", "math", "fail_kind", "reference_kind",
+                "reference_model", "reference_math", "impl_spec", "impl_hash", "differing_index", "repeat_error",
+                "inputs_modified", "notes")
 INT_COLUMNS = ("cr_mismatch", "certified", "uncertified", "count_over", "n_elements", "hidden", "tokens", "seed",
                "group_size", "differing_elements", "bytes_moved", "schema_version")
+_NUMBERS = ("eps", "budget", "p99_ulp", "worst_got", "worst_ref", "baseline_value", "pair_seconds", "impl_seconds",
+            "floor_fraction")
 REQUIRED = ("case_id", "impl", "output", "reference", "status")
 KEY = ("case_id", "impl", "output", "reference")      # one row per key in a run
 
@@ -54,3 +58,9 @@ def columns() -> tuple[str, ...]:
         if c not in out:
             out.append(c)
     return tuple(out)
+
+
+def number_columns() -> tuple[str, ...]:
+    """The columns that hold numbers (blank where not measured): read back, any other text there is
+    a file that is not what this harness wrote."""
+    return metric_columns() + _NUMBERS + INT_COLUMNS

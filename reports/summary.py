@@ -17,7 +17,8 @@ SUMMARY_COLUMNS = KEYS + ["checks", "fail", "error", "skip", "metric", "worst", 
 ORDER = {"out_dtype": ["fp32", "bf16", "fp16"], "output": ["y", "dx", "dgate", "dweight"],
          "reference": ["exact"], "regime": ["normal", "extreme"]}
 TEXT = ("case_id", "impl", "output", "reference", "regime", "status", "budget_metric", "out_dtype", "label",
-        "reason", "replay", "rounding", "dtype", "fail_kind", "reference_kind", "reference_model")
+        "reason", "replay", "rounding", "dtype", "math", "fail_kind", "reference_kind", "reference_model",
+        "reference_math")
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:
@@ -52,13 +53,17 @@ def _numeric() -> set[str]:
 
 def gated(d: pd.DataFrame) -> pd.Series:
     """The checks an implementation is judged by: against the exact value and against its declared
-    model (reference_model == rounding); `harness identify`'s checks against other models are not.
-    Rows without the reference's kind and model (an older results.csv) all count."""
+    model at its declared math class (reference_model == rounding, reference_math == math);
+    `harness identify`'s checks against other models and classes are not. Rows without the
+    reference's kind and model (an older results.csv) all count."""
     if "reference_kind" not in d.columns or "reference_model" not in d.columns:
         return pd.Series(True, index=d.index)
-    kind, model, own = (d[c].astype(object).where(d[c].notna(), "").astype(str)
-                        for c in ("reference_kind", "reference_model", "rounding"))
-    return (kind != "model") | (model == own) | (own == "")
+    text = {c: (d[c].astype(object).where(d[c].notna(), "").astype(str) if c in d.columns
+                else pd.Series("", index=d.index))
+            for c in ("reference_kind", "reference_model", "rounding", "reference_math", "math")}
+    own_model = (text["reference_model"] == text["rounding"]) | (text["rounding"] == "")
+    own_math = (text["reference_math"] == text["math"]) | (text["reference_math"] == "") | (text["math"] == "")
+    return (text["reference_kind"] != "model") | (own_model & own_math)
 
 
 def pair_notes(d: pd.DataFrame) -> list[str]:

@@ -84,7 +84,7 @@ def dtype_contract_fail(rows) -> "pd.Series":  # noqa: F821 (pandas, through the
 
 @pytest.fixture(scope="module")
 def declared(small):
-    """The four HF adapters as registered, through the worker processes (the built-in names are
+    """The HF adapters as registered, through the worker processes (the built-in names are
     resolved again there)."""
     require_transformers()
     return harness.verify(HF_NAMES, cases=small, device="cpu").frame

@@ -134,15 +134,15 @@ def _check_against_compare(res, exp):
 
 RANGES = [
     # dtype, impl, x_range, gate_range, dy, chunk
-    ("bf16", "torch", (0x3f80, 0x3fa0), (0xbf80, 0xc000), 1.0, 700),       # silu' root: dgate cancels
-    ("bf16", "torch", (0x0000, 0x0040), (0x0ff0, 0x1010), 0.75, 1 << 10),  # subnormal x, two gate blocks
-    ("bf16", "torch", (0x7d00, 0x7d80), (0x4180, 0x4200), 1.0, 1 << 12),   # overflow boundary: a failing check
-    ("bf16", "torch", (0x3f80, 0x3f90), (0x0000, 0x0100), 1.0, 1 << 11),   # tiny gates: ties, certification
-    ("fp16", "torch", (0x3c00, 0x3c20), (0xd560, 0xd590), -1.375, 300),    # both regimes (-87 in the range)
-    ("fp16", "torch", (0x3c00, 0x3d00), (0xbd1c, 0xbd20), 1.0, 1 << 9),    # silu' root in fp16
-    ("bf16", "torch", (0x3f80, 0x4000), (0xc000, 0xc100), 1.0, 1 << 15),    # 32 blocks a tile: block maxima
-    ("bf16", "torch", (0x3f80, 0x4000), (0x0000, 0x0100), 1.0, 1 << 14),    # ... tied maxima (0.5, 0)
-    ("bf16", "mutant-silu-lowp", (0x3f80, 0x3fa0), (0x3f00, 0x4000), -1.375, 1 << 13),
+    ("bf16", "silugate-eager", (0x3f80, 0x3fa0), (0xbf80, 0xc000), 1.0, 700),       # silu' root: dgate cancels
+    ("bf16", "silugate-eager", (0x0000, 0x0040), (0x0ff0, 0x1010), 0.75, 1 << 10),  # subnormal x, two gate blocks
+    ("bf16", "silugate-eager", (0x7d00, 0x7d80), (0x4180, 0x4200), 1.0, 1 << 12),   # overflow boundary: a failing check
+    ("bf16", "silugate-eager", (0x3f80, 0x3f90), (0x0000, 0x0100), 1.0, 1 << 11),   # tiny gates: ties, certification
+    ("fp16", "silugate-eager", (0x3c00, 0x3c20), (0xd560, 0xd590), -1.375, 300),    # both regimes (-87 in the range)
+    ("fp16", "silugate-eager", (0x3c00, 0x3d00), (0xbd1c, 0xbd20), 1.0, 1 << 9),    # silu' root in fp16
+    ("bf16", "silugate-eager", (0x3f80, 0x4000), (0xc000, 0xc100), 1.0, 1 << 15),    # 32 blocks a tile: block maxima
+    ("bf16", "silugate-eager", (0x3f80, 0x4000), (0x0000, 0x0100), 1.0, 1 << 14),    # ... tied maxima (0.5, 0)
+    ("bf16", "silugate-silu-lowp", (0x3f80, 0x3fa0), (0x3f00, 0x4000), -1.375, 1 << 13),
 ]
 
 
@@ -155,11 +155,11 @@ def test_tile_statistics_equal_compare(case):
     _check_against_compare(res, exp)
     if gr[0] == 0:                                         # tiny gates: ties float64 cannot decide
         assert exp[("y", "normal")]["und"] > 0
-    assert any(r["status"] == "fail" for r in E.rows(res)) == (impl != "torch" or xr[0] == 0x7d00)
+    assert any(r["status"] == "fail" for r in E.rows(res)) == (impl != "silugate-eager" or xr[0] == 0x7d00)
 
 
 def test_results_do_not_depend_on_the_chunk():
-    args = ("bf16", "torch", "cpu", (0x3f80, 0x3fa0), (0xc2a0, 0xc400), 0.75)
+    args = ("bf16", "silugate-eager", "cpu", (0x3f80, 0x3fa0), (0xc2a0, 0xc400), 0.75)
     a, b = E.run_exhaustive(*args, 1 << 9), E.run_exhaustive(*args, 1 << 20)
     assert a.perf["tiles"] > b.perf["tiles"]
     for key in a.acc:
@@ -179,8 +179,8 @@ for dt, xr, gr, dy, ch in [('bf16', (0x3f80, 0x3f84), (0xc2a0, 0xc400), 1.0, 1 <
                            ('bf16', (0x7d00, 0x7d10), (0x4180, 0x4220), 1.0, 1 << 12),
                            ('bf16', (0x0000, 0x0008), (0x0000, 0x0100), 0.75, 1 << 12),
                            ('fp16', (0x0400, 0x0420), (0xbd1c, 0xbd20), 0.75, 1 << 12)]:
-    a = E.run_exhaustive(dt, 'torch', dev, xr, gr, dy, ch, backend='eager')
-    b = E.run_exhaustive(dt, 'torch', dev, xr, gr, dy, ch, backend='triton')
+    a = E.run_exhaustive(dt, E.DEFAULT, dev, xr, gr, dy, ch, backend='eager')
+    b = E.run_exhaustive(dt, E.DEFAULT, dev, xr, gr, dy, ch, backend='triton')
     assert b.perf['backend'] == 'triton'
     for k in a.acc:                                  # sums: the same terms, summed in another order
         da, db = a.acc[k].to_dict(), b.acc[k].to_dict()
@@ -310,7 +310,7 @@ def test_bench_uses_the_cli_defaults(tmp_path):
         assert p.chunk == E.default_chunk("cpu") and (p.x_range, p.gate_range) == ((0, 1 << 16), (0, 1 << 16))
     assert E.default_chunk("cuda") == 1 << 26 and E.default_chunk("cpu") < E.default_chunk("cuda")
     args = build_parser().parse_args(["exhaustive", "--dtype", "bf16", "--out", str(tmp_path)])
-    assert args.chunk is None and args.device == "auto" and args.impl == "torch"
+    assert args.chunk is None and args.device == "auto" and args.impl == E.DEFAULT
 
 
 def test_fast_path_bit_identical_to_autograd():
@@ -331,14 +331,14 @@ def test_torch_correctly_rounded_except_identified_regions():
     - y and dn are correctly rounded away from the flush;
     - below -88.72 CPU silu flushes to -0: y off by up to 256 ULP (extreme regime, reported);
     - near silu's root (t ~ -1.2785) dgate cancels: ULP error above 0.5, scaled error small."""
-    res = E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x3f88), (0x3f00, 0x4180))   # gates 0.5 .. 16
+    res = E.run_exhaustive("bf16", "silugate-eager", "cpu", (0x3f80, 0x3f88), (0x3f00, 0x4180))   # gates 0.5 .. 16
     assert all(res.acc[(o, "normal")].mismatch == 0 for o in ("y", "dn", "dgate"))
-    fl = E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x3f88), (0xc2b0, 0xc300))    # gates -88 .. -128
+    fl = E.run_exhaustive("bf16", "silugate-eager", "cpu", (0x3f80, 0x3f88), (0xc2b0, 0xc300))    # gates -88 .. -128
     a = fl.acc[("y", "extreme")]
     assert a.max_ulp > 100 and a.mismatch > 0 and a.nonfinite == 0
     assert all(w.g < -88.72 and w.got == 0 for w in a.worst["ulp"])
     assert all(r["status"] == "pass" for r in E.rows(fl))
-    rt = E.run_exhaustive("fp16", "torch", "cpu", (0x0400, 0x7c00), (0xbd1c, 0xbd20))
+    rt = E.run_exhaustive("fp16", "silugate-eager", "cpu", (0x0400, 0x7c00), (0xbd1c, 0xbd20))
     d = rt.acc[("dgate", "normal")]
     assert d.max_ulp > 0.75 and d.mismatch > 1000 and d.max_scaled <= E.budget_for("dgate", "normal", fmt_of("fp16"))
     assert all(-1.2813 < w.g < -1.2772 for w in d.worst["ulp"])
@@ -369,7 +369,7 @@ def test_large_gate_ties_decided_without_mpmath(monkeypatch):
     assert ok.all() and g.tolist() == [193.0, 121.0]              # tie 193.5 -> down; 120.77 -> 121
     calls = []
     monkeypatch.setattr(EC, "_mp_golden", lambda *a: calls.append(a) or [])
-    res = E.run_exhaustive("bf16", "torch", "cpu", (0x3f80, 0x3fa0), (0x4300, 0x4340), dy=0.75)
+    res = E.run_exhaustive("bf16", "silugate-eager", "cpu", (0x3f80, 0x3fa0), (0x4300, 0x4340), dy=0.75)
     assert not calls and res.acc[("y", "normal")].certified > 0
     assert res.acc[("y", "normal")].uncertified == 0
 
@@ -394,7 +394,40 @@ def test_certification_goes_to_mpmath_and_counts(monkeypatch):
 def test_closed_forms_decide_before_the_mpmath_cap(monkeypatch):
     """Tiny gates: every undecided y / dn pair has a closed form, so all are certified whatever
     MP_CAP is."""
-    args = ("bf16", "torch", "cpu", (0x3f80, 0x3f88), (0x0000, 0x3080), 1.0, 1 << 20)
+    args = ("bf16", "silugate-eager", "cpu", (0x3f80, 0x3f88), (0x0000, 0x3080), 1.0, 1 << 20)
     monkeypatch.setattr(EC, "MP_CAP", 5)
     a = E.run_exhaustive(*args).acc[("y", "normal")]
     assert a.flagged > 100 and a.certified == a.flagged and a.uncertified == 0
+
+
+def test_implementation_names_are_its_own(capsys, tmp_path):
+    """The exhaustive mode runs SiLUGate alone: none of its names is one of the sweep's built-ins
+    (`--impl torch` there is not the sweep's torch), and asking for a built-in says so."""
+    from harness.impls.registry import builtins
+    assert E.DEFAULT in E.IMPLS and not set(E.IMPLS) & set(builtins())
+    assert _run(tmp_path, "--dtype", "bf16", "--impl", "torch") == 2
+    assert "SiLUGate alone, as silugate-eager, silugate-silu-lowp" in capsys.readouterr().err
+
+
+def test_metrics_and_budgets_are_the_registered_ones(monkeypatch):
+    """element_errors and budget_for read the shared Metric registry (references/metrics) and the
+    sweep's exact budget (harness.budgets.exact_budget) over the gate op's float32 noise
+    (references.models.noise.node_noise): a changed registration changes them."""
+    from harness.budgets import exact_budget
+    from harness.exhaustive import metrics as M
+    from harness.references import metrics as R
+    from harness.references.models.noise import node_noise
+    for o, step in (("y", "gate.out"), ("dn", "gate.dinput"), ("dgate", "gate.dgate")):
+        assert E.budget_for(o, "normal", BF16) == exact_budget(METRIC[o], 0.0, node_noise(1, 1)[step], BF16)
+        assert E.budget_for(o, "extreme", BF16) == math.inf
+    c = torch.tensor([1.0, 1.0078125, -2.0, float("inf")], dtype=torch.bfloat16)
+    v = torch.tensor([1.0, 1.0, -2.0009765625, 5.0], dtype=torch.float64)
+    k = M.consts("y", "normal", BF16)
+    before, budget = M.element_errors(c, v, v.abs(), BF16, k), E.budget_for("y", "normal", BF16)
+    assert before.err.tolist() == [0.0, 1.0, 0.0625, math.inf]      # bf16 ulp 2**-7 at 1, 2**-6 at 2
+    ulp = R.get("ulp")
+    monkeypatch.setitem(R._REGISTRY, "ulp", R.Metric("ulp", ulp.column, ulp.mean_column, 0.75,
+                                                     lambda d: 2 * ulp.elementwise(d), ulp.description))
+    after = M.element_errors(c, v, v.abs(), BF16, k)
+    assert after.err.tolist() == [0.0, 2.0, 0.125, math.inf]
+    assert E.budget_for("y", "normal", BF16) == budget + 0.25

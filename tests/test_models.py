@@ -7,7 +7,7 @@ import torch
 
 from harness.analysis.compare import compare
 from harness.impls.torch_ref import GatedRMSNorm
-from harness.mutants import Mutant, _GradRoundedTo
+from harness.mutant_base import GradRoundedTo, Mutant
 from harness.references.errors import UsageError
 from harness.references.exact import Inputs, exact_outputs
 from harness.references.formats import fmt_of, round_to
@@ -198,7 +198,7 @@ def test_zero_centred_gamma_formed_in_float32():
 class _DnInBf16(Mutant):
     """The gradient reaching n rounded to bf16 (norm first)."""
     def forward(self, x, gate):
-        n = _GradRoundedTo.apply(self.norm(x.float()).to(x.dtype), torch.bfloat16)
+        n = GradRoundedTo.apply(self.norm(x.float()).to(x.dtype), torch.bfloat16)
         return (n.float() * self.silu(gate)).to(x.dtype)
 
 

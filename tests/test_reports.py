@@ -180,9 +180,9 @@ def test_models_section_per_output_and_verdict_lines(tmp_path):
     assert "only one model measured" in lines[2] and "only one model measured" not in lines[0]
     body = [text(r).strip() for r in re.findall(r"<tr>(.*?)</tr>", m[m.index("<tbody>"):], re.S)]
     # impl, dtype, output, then model chain / fused / xhat, then the models within budget
-    assert "X bf16 y within ★ within 1 of 2 over chain, fused" in body
-    assert "X bf16 dx within ★ 1 of 2 over 1 of 2 over chain" in body
-    assert "Y bf16 y 1 of 2 over 1 of 2 over ★ within xhat" in body
+    assert "X bf16 y within (accurate) ★ within (accurate) 1 of 2 over chain (accurate), fused (accurate)" in body
+    assert "X bf16 dx within (accurate) ★ 1 of 2 over 1 of 2 over chain (accurate)" in body
+    assert "Y bf16 y 1 of 2 over 1 of 2 over ★ within (accurate) xhat (accurate)" in body
     assert "Z bf16 dx 1 of 1 over ★ – – none" in body
     # checks against a model an implementation does not declare: counted in the verdict, not listed
     v = section(html, "verdict")

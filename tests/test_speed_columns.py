@@ -19,7 +19,7 @@ shape = [[64, 32], [8, 16]]
 
 SHUFFLED = '''
 import torch
-from harness.mutants import DweightSummedBy, PerTokenWeight
+from harness.mutant_base import DweightSummedBy, PerTokenWeight
 
 class _ShuffledSum(PerTokenWeight):
     """dweight's token sum in a random order each call: accurate, not repeatable bit for bit."""

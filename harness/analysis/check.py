@@ -35,7 +35,7 @@ def base_row(case: Case, impl: Implementation, device: str, act_name: str) -> di
         "tokens": case.tokens, "zero_centered_gamma": case.zero_centered_gamma, "eps": case.eps,
         "x_dist": case.x_dist, "gate_dist": case.gate_dist, "gamma_dist": case.gamma_dist,
         "dy_dist": case.dy_dist, "seed": case.seed, "group_size": case.group,
-        "norm_before_gate": case.norm_before_gate,
+        "norm_before_gate": case.norm_before_gate, "math": impl.math.label,
     }
 
 
@@ -44,14 +44,20 @@ def out_format_name(case: Case, act_name: str, output: str) -> str:
 
 
 def references_of(impl: Implementation, models=()) -> list[Reference]:
-    """Every reference a pair is checked against: the exact value, the declared model, and the
-    other models asked for (harness identify measures against every built-in)."""
+    """Every reference a pair is checked against: the exact value and the declared model, at the
+    declared math class, and the other (model, math class) pairs asked for (harness identify
+    measures against every built-in model at every class; a model given alone is at the declared
+    class). A reference's label is `model:NAME`, `model:NAME@CLASS` where the class is not the
+    implementation's own."""
     from harness.references.models import resolve
-    out = [Reference("exact", impl.rounding), Reference("model", impl.rounding)]
+    out = [Reference("exact", impl.rounding, impl.math, "exact"),
+           Reference("model", impl.rounding, impl.math, f"model:{impl.rounding.name}")]
     for m in models:
-        model = resolve(m)
-        if model.name != impl.rounding.name:
-            out.append(Reference("model", model))
+        name, mc = m if isinstance(m, tuple) else (m, impl.math)
+        model = resolve(name)
+        if (model.name, mc) != (impl.rounding.name, impl.math):
+            out.append(Reference("model", model, mc,
+                                 f"model:{model.name}" + ("" if mc == impl.math else f"@{mc.label}")))
     return out
 
 
@@ -64,15 +70,16 @@ def unmeasured(case: Case, impl: Implementation, act_name: str, status: str, tex
 
 def budget_for(case: Case, impl: Implementation, out: str, kind: str, fmt, act, overrides, override_path):
     d = default_budget(out, kind, impl.rounding, fmt, act, promoted_format(fmt_of(case.weight_dtype), act),
-                       case.group, case.tokens, case.norm_before_gate, case.regime)
+                       case.group, case.tokens, case.norm_before_gate, case.regime, impl.math)
     return lookup(list(overrides), d, impl.name, impl.rounding.name, fmt.name, out, kind, case.regime,
                   override_path)
 
 
 def interval(refs: CaseReferences, ref: Reference, act, out: str):
     """(lo, hi, gauge) of the reference a check measures against (the exact value is widened by
-    the declared model's absolute allowance)."""
-    return refs.exact_for(ref.model, act, out) if ref.kind == "exact" else refs.model(ref.model, act, out)
+    the declared model's and math class's absolute and per-element allowance)."""
+    return refs.exact_for(ref.model, act, out, ref.math) if ref.kind == "exact" else \
+        refs.model(ref.model, act, out, ref.math)
 
 
 def repeat_finding(r: Repeat | None) -> Finding | None:
@@ -136,6 +143,7 @@ def rows(r: PairResult) -> list[dict]:
     for c in r.checks:
         row = {**base, "output": c.output, "out_dtype": c.out_dtype, "reference": c.reference.label,
                "reference_kind": c.reference.kind, "reference_model": c.reference.model_name,
+               "reference_math": c.reference.math.label,
                "budget_metric": c.budget_metric, "status": c.status, "fail_kind": c.fail_kind,
                "reason": reason(c.output, c.reference.label, c.finding)}
         if c.budget is not None:

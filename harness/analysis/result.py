@@ -3,9 +3,10 @@ rounding model as an object), budget, comparison numbers, status and `fail_kind`
 failure's words are made of (harness.analysis.explain words them; nothing reads words back).
 
 A check's status is `pass`, `fail`, `error` or `skip`; `fail_kind` says why it did not pass (empty
-when it did) — one of FAIL_KINDS. results.csv carries both, and the reference three ways: its
-label (`exact`, `model:NAME`: SPEC §5's `reference` column, written for people and joins), its
-kind and its model's name (the columns the reports and `--resume` read)."""
+when it did) — one of FAIL_KINDS. results.csv carries both, and the reference four ways: its
+label (`exact`, `model:NAME`, `model:NAME@CLASS`: SPEC §5's `reference` column, written for people
+and joins), its kind, its model's name and its math class (the columns the reports, identify and
+`--resume` read)."""
 from __future__ import annotations
 
 import math
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 
 from harness.budgets import Budget
 from harness.cases.case import Case
+from harness.references.mathclass import MathClass
 from harness.references.models import RoundingModel
 
 FAIL_KINDS = {
@@ -32,14 +34,13 @@ REGATED = ("", "over_budget", "not_repeatable", "regressed")
 
 @dataclass(frozen=True)
 class Reference:
-    """What a check measures against: the exact value (widened by `model`'s underflow allowance,
-    `model` being the declared one) or `model`'s reference interval."""
+    """What a check measures against: the exact value (widened by the allowance of `model` and
+    `math`, the declared ones) or the reference interval of `model` computed in math class `math`.
+    `label` names it in results.csv (harness.analysis.check.references_of makes it; never parsed)."""
     kind: str                       # "exact" or "model"
     model: RoundingModel
-
-    @property
-    def label(self) -> str:
-        return "exact" if self.kind == "exact" else f"model:{self.model.name}"
+    math: MathClass
+    label: str
 
     @property
     def model_name(self) -> str:

@@ -1,7 +1,8 @@
 """`harness identify --impl SPEC [--cases SUITE] [--device D]` (SPEC §4): measure an implementation
-against the model reference of every built-in rounding model in one sweep, print per output dtype
-and output the models it is within budget of, and end with `IMPL realises MODEL` (exit 0) or
-`IMPL realises no single declared model: ...` naming the outputs that fit none (exit 1)."""
+against the model reference of every built-in rounding model at every math class in one sweep,
+print per output dtype and output the models it is within budget of (each at the least permissive
+class at which it fits), and end with `IMPL realises MODEL, CLASS math` (exit 0) or `IMPL realises
+no single declared model: ...` naming the outputs that fit none (exit 1)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -12,8 +13,9 @@ import pandas as pd
 from harness.api import plan, run_plan
 from harness.commands import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Progress, err
 from harness.references.errors import UsageError
+from harness.references.mathclass import CLASSES
 from harness.references.models import builtin_models
-from harness.reports.realised import model_fits, realised, verdict_line
+from harness.reports.realised import model_fits, realised, verdict_line, within
 from harness.reports.summary import sort_keys
 
 
@@ -28,8 +30,7 @@ def format_identify(df: pd.DataFrame) -> tuple[int, list[str], list[str]]:
     for impl in dict.fromkeys(table["impl"]):
         t = sort_keys(table[table["impl"] == impl], ["out_dtype", "output"])
         for (dt, out), g in t.groupby(["out_dtype", "output"], sort=False):
-            within = ", ".join(g.loc[g["ok"], "model"]) or "none"
-            lines.append(f"{impl:24s} {dt:5s} {out:8s} within budget of: {within}")
+            lines.append(f"{impl:24s} {dt:5s} {out:8s} within budget of: {within(g)}")
         if not realised(t)[0]:
             code = EXIT_FAIL
         verdicts.append(verdict_line(impl, t))
@@ -48,8 +49,9 @@ def cmd_identify(args) -> int:
              repeats=0, allow_nondeterministic=True)
     if len(p.impls) != 1:
         raise UsageError("identify: one --impl at a time")
-    p.settings = replace(p.settings, models=names)
-    err(f"harness: identify {p.impls[0].name}: {len(p.cases)} cases against {', '.join(names)} on {p.settings.device}")
+    p.settings = replace(p.settings, models=tuple((n, c) for n in names for c in CLASSES))
+    err(f"harness: identify {p.impls[0].name}: {len(p.cases)} cases against {', '.join(names)}, each at "
+        f"{', '.join(c.label for c in CLASSES)} math, on {p.settings.device}")
     res = run_plan(p, args.out, jobs=args.jobs, timeout=args.timeout, isolate=args.isolate, threads=args.threads,
                    progress=Progress(), log=err)
     if res.frame.empty:

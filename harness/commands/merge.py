@@ -1,17 +1,19 @@
 """`harness merge DIR... --out DIR [--cases SUITE]`: combine the outputs of `harness run --shard K/N`
 (one per host, or per job of a Slurm array or Kubernetes indexed Job: docs/multi-host.md) into one
 results set, verdict and report — refusing inputs that do not add up: rows of another harness
-version or suite, a key in two shards, an interrupted shard, and (given the suite) a case or
+version, schema version, device or suite, a row whose case parameters are invalid or do not hash to
+its case id, a key in two shards, an interrupted shard, and (given the suite) a case or
 implementation that no shard ran."""
 from __future__ import annotations
 
 import pandas as pd
 
 from harness.api import Results
+from harness.cases.params import check_case_rows
 from harness.commands import err
 from harness.references.errors import UsageError
 from harness.reports.rundir import PAIR_TIMING, RunDir, read_csv, read_results
-from harness.reports.schema import KEY
+from harness.reports.schema import KEY, SCHEMA_VERSION
 
 
 def _one(df: pd.DataFrame, column: str, what: str, dirs) -> str:
@@ -19,6 +21,20 @@ def _one(df: pd.DataFrame, column: str, what: str, dirs) -> str:
     if len(values) > 1:
         raise UsageError(f"merge: the inputs come from different {what}s ({', '.join(values)}): {' '.join(dirs)}")
     return values[0] if values else ""
+
+
+def check_schema(df: pd.DataFrame, dirs) -> None:
+    """Every row of this harness's schema version: rows of another are not relabelled."""
+    if "schema_version" not in df.columns:
+        raise UsageError(f"merge: the inputs have no schema_version column (not written by this harness): "
+                         f"{' '.join(dirs)}")
+    versions = sorted(set(pd.to_numeric(df["schema_version"], errors="coerce").dropna().astype(int)))
+    if len(versions) > 1:
+        raise UsageError(f"merge: the inputs mix schema versions {', '.join(map(str, versions))}: rerun the older "
+                         f"shards with this harness (schema {SCHEMA_VERSION})")
+    if versions != [SCHEMA_VERSION]:
+        raise UsageError(f"merge: the inputs are of schema version {', '.join(map(str, versions)) or '(blank)'}, "
+                         f"this harness writes {SCHEMA_VERSION}: rerun the shards with this harness")
 
 
 def check_coverage(df: pd.DataFrame, suite_ref: str) -> None:
@@ -48,7 +64,11 @@ def cmd_merge(args) -> int:
         frames.append(read_results(rd.results))
     df = pd.concat(frames, ignore_index=True)
     _one(df, "harness_version", "harness version", args.dirs)
+    _one(df, "device", "device", args.dirs)
+    check_schema(df, args.dirs)
     suite = _one(df, "suite", "suite", args.dirs)
+    for d, f in zip(args.dirs, frames):
+        check_case_rows(f.drop_duplicates("case_id").to_dict("records"), f"merge: {d}")
     dup = df[df.duplicated(list(KEY), keep=False)]
     if not dup.empty:
         r = dup.iloc[0]

@@ -28,7 +28,7 @@ def cmd_run(args) -> int:
     preload_outputs(skip=("report",) if args.no_report else ())
     with rd.lock():                 # to the last report: a second run into --out fails at once
         err(f"harness: {len(p.cases)} cases x {len(p.impls)} implementation(s) "
-            f"[{', '.join(f'{i.name} ({i.rounding.name})' for i in p.impls)}] on {p.settings.device}")
+            f"[{', '.join(f'{i.name} ({i.rounding.name}, {i.math.label})' for i in p.impls)}] on {p.settings.device}")
         results = run_plan(p, args.out, resume=args.resume, jobs=args.jobs, timeout=args.timeout,
                            isolate=args.isolate, threads=args.threads, gpus=gpus, progress=Progress(), log=err)
         err(timing_line(results.timings, [i.name for i in p.impls]))

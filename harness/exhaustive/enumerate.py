@@ -25,6 +25,7 @@ from harness.references.closed_forms import silu_terms
 from harness.references.errors import UsageError
 from harness.references.exact import FLOAT64, Gauged
 from harness.references.formats import Format, fmt_of
+from harness.references.models import resolve
 
 OUTPUTS = ("y", "dn", "dgate")
 REGIMES = ("normal", "extreme")
@@ -155,8 +156,10 @@ def setup(dtype: str, impl: str, device: str, x_range, gate_range, dy: float,
     fmt = fmt_of(dtype)
     dt = fmt.dtype
     if impl_fn is None and impl not in IMPLS:
-        raise UsageError(f"--impl {impl}: exhaustive mode supports {', '.join(IMPLS)}")
+        raise UsageError(f"--impl {impl}: the exhaustive mode runs SiLUGate alone, as {', '.join(IMPLS)} "
+                         f"(the sweep's implementations are whole gated norms)")
     rounding, fn = IMPLS[impl] if impl_fn is None else ("chain", impl_fn)
+    rounding = resolve(rounding).name                  # a model of the shared registry
     dev = torch.device(device)
     xv = pattern_values(*x_range, dt)
     xfin = torch.isfinite(xv)

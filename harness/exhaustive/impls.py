@@ -1,4 +1,11 @@
-"""The implementations under test: SiLUGate alone, (x, gate, dy) -> (y, dn, dgate) in the dtype."""
+"""The implementations under test: SiLUGate alone, (x, gate, dy) -> (y, dn, dgate) in the dtype.
+
+Their names are the exhaustive mode's own, prefixed `silugate-`: they are not the sweep's
+implementations (harness/impls: the whole gated norm), and share no name with them (a test checks).
+Each declares a rounding model of the shared registry (references/models); for SiLUGate alone no
+model has a rounding point between its inputs and outputs. Every one computes with eager ATen
+(F.silu, aten.silu_backward on float32: libm's expf on the CPU, libdevice's on CUDA, IEEE division;
+no fast-math): the `accurate` math class (docs/budgets.md)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -48,8 +55,9 @@ def mutant_silu_lowp(x: torch.Tensor, g: torch.Tensor, dy: torch.Tensor):
     return y, dn, dgate
 
 
+MATH = "accurate"          # the math class of every pass here (the docstring says why)
+DEFAULT = "silugate-eager"
 IMPLS: dict[str, tuple[str, Callable]] = {
-    "torch": ("chain", torch_fast),
-    "torch-fused": ("fused", torch_fast),       # SiLUGate alone: the same computation
-    "mutant-silu-lowp": ("chain", mutant_silu_lowp),
+    DEFAULT: ("chain", torch_fast),                     # the eager op chain's SiLUGate (ATen kernels)
+    "silugate-silu-lowp": ("chain", mutant_silu_lowp),  # a mutant: SiLU rounded to the dtype
 }

@@ -1,16 +1,21 @@
 """Error metrics of one output against its exact values: budgets, histogram edges, and the
 per-element definition every tile pass implements (`element_errors`).
 
-The element errors are the harness's own metrics (harness.references.metrics: ulp, scaled, abs, rel)
-as harness.analysis.compare computes them for a point reference lo = hi = v: distance |c - v|;
-where c is NaN or infinite, or v rounds to an infinity, the error is 0 if c equals the rounded
-value and inf otherwise. Certification candidates are the elements whose float64 value lies within
-twice its error bound of a rounding boundary (a superset of references.formats.undecided).
+The element errors are the harness's registered metrics (harness.references.metrics: ulp, scaled,
+abs, rel — `Metric.errors` over `distance` to a point reference lo = hi = v, as
+harness.analysis.compare computes them for the sweep): distance |c - v|; where c is NaN or
+infinite, or v rounds to an infinity, the error is 0 if c equals the rounded value and inf
+otherwise. Certification candidates are the elements whose float64 value lies within twice its
+error bound of a rounding boundary (a superset of references.formats.undecided).
 
-Budgets: the metric's final rounding (references.metrics: ulp 0.5, scaled 1) plus SiLUGate's
-float32 noise (references.models.noise.rho: 8 u32 for y and dn, 12 for dgate) in units of the
-format's u; report-only (inf) in the extreme regime. Metrics: y and dn are products (no
-cancellation): ULP; dgate can cancel (silu' has a root at t ~ -1.2785): the scaled error."""
+Budgets: the sweep's budget against the exact value (harness.budgets.exact_budget), for SiLUGate
+alone: no rounding point of any model lies between its inputs (x plays the rounded n) and its
+outputs, so what is left is the metric's final rounding plus the float32 noise of the gate op's
+steps at the passes' math class (impls.MATH, accurate; references.models.noise.node_noise:
+`gate.out` for y, `gate.dinput` for dn, `gate.dgate`);
+report-only (inf) in the extreme regime. Metrics (references.metrics.gated_metric): y and dn are
+products (no cancellation): ULP; dgate can cancel (silu' has a root at t ~ -1.2785): the scaled
+error."""
 from __future__ import annotations
 
 import math
@@ -18,13 +23,16 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.budgets import exact_budget
+from harness.exhaustive.impls import MATH
 from harness.references.exact import Inputs, float64_error_bound
-from harness.references.formats import Format, round_to, ulp
-from harness.references.metrics import gated_metric, get
-from harness.references.models.noise import U32, rho
+from harness.references.formats import Format
+from harness.references.mathclass import parse_math
+from harness.references.metrics import distance, gated_metric, get
+from harness.references.models.noise import node_noise
 
 METRIC = {"y": gated_metric("y", "exact"), "dn": gated_metric("y", "exact"), "dgate": gated_metric("dgate", "exact")}
-NOISE = {"y": "gate", "dn": "gate", "dgate": "dgate"}
+NODE = {"y": "gate.out", "dn": "gate.dinput", "dgate": "gate.dgate"}     # closed_forms' step of each output
 KEPT_METRICS = ("ulp", "scaled", "abs", "rel")            # the metrics a tile pass computes
 _BOUNDS = float64_error_bound(Inputs(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.zeros(1, 1),
                                      0.0, False))
@@ -37,9 +45,7 @@ TOPK = 8
 
 
 def budget_for(output: str, regime: str, fmt: Format) -> float:
-    if regime == "extreme":
-        return math.inf
-    return get(METRIC[output]).final_rounding + rho(1, 1)[NOISE[output]] * U32 / fmt.u
+    return exact_budget(METRIC[output], 0.0, node_noise(1, 1, parse_math(MATH))[NODE[output]], fmt, regime)
 
 
 def worst_metrics(output: str) -> tuple[str, ...]:
@@ -81,27 +87,14 @@ class Elements:
 
 
 def element_errors(c_low: torch.Tensor, v: torch.Tensor, gauge: torch.Tensor, fmt: Format, k: Consts) -> Elements:
-    """The per-element definition (module docstring) in eager torch; the Triton pass does the same
-    IEEE operations in the same order (no contraction), so both agree bit for bit."""
-    c = c_low.to(torch.float64)
-    q = ulp(v, fmt)
-    golden = round_to(v, fmt)
+    """The per-element definition (module docstring): the registered metrics, in eager torch; the
+    Triton pass does the same IEEE operations (no contraction), so both agree bit for bit."""
+    d = distance(c_low, v, v, gauge, fmt)              # a point reference: the exact value
+    err, scaled, ab, rel = (get(name).errors(d) for name in KEPT_METRICS)
+    q = d.ulp                                          # ulp(v)
     r = v.abs() / q                                    # exact: q is a power of two
-    kk = torch.round(r)
-    same = c == golden                                 # +0 == -0; inf == inf; NaN never
-    c_nan = torch.isnan(c)
-    special = c_nan | torch.isinf(c) | torch.isinf(golden) | torch.isnan(v)
-    sp_val = torch.where(same, 0.0, math.inf).to(torch.float64)
-    dist = torch.maximum(c, v) - torch.minimum(c, v)   # |c - v|; NaN c is special anyway
-
-    def fin(e):
-        return torch.where(special, sp_val, e)
-    zero = torch.zeros_like(dist)
-    err = fin(dist / q)
-    scaled = fin(torch.where(dist == 0, zero, dist / (k.u * gauge + k.min_sub_half)))
-    rel = fin(torch.where(dist == 0, zero, dist / v.abs()))
-    ab = fin(dist)
-    cand = (r - kk).abs() >= 0.5 - k.bound2 * gauge / q
+    cand = (r - torch.round(r)).abs() >= 0.5 - k.bound2 * gauge / q
+    c, golden = d.computed, d.rounded
     key = scaled if k.scaled_key else err
-    return Elements(err, scaled, ab, rel, golden, ~same, (c_nan | torch.isinf(c)) & ~torch.isinf(golden), cand,
-                    key > k.budget)
+    return Elements(err, scaled, ab, rel, golden, ~(c == golden),        # +0 == -0; inf == inf; NaN never
+                    (torch.isnan(c) | torch.isinf(c)) & ~torch.isinf(golden), cand, key > k.budget)

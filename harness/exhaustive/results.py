@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.exhaustive.accumulate import Acc, Result
+from harness.exhaustive.impls import MATH
 from harness.exhaustive.metrics import EDGES, KEPT_METRICS, METRIC, budget_for
 from harness.references.formats import fmt_of
 from harness.references.metrics import get
@@ -61,7 +62,7 @@ def rows(res: Result) -> list[dict]:
             "case_id": case_id(res, regime),
             "label": f"exhaustive {res.dtype} x[{_hex(xr[0])}:{_hex(xr[1])}) gate[{_hex(gr[0])}:{_hex(gr[1])}) "
                      f"dy={res.dy:g} ({regime})",
-            "regime": regime, "impl": res.impl, "rounding": res.rounding, "device": res.device,
+            "regime": regime, "impl": res.impl, "rounding": res.rounding, "math": MATH, "device": res.device,
             "dtype": res.dtype, "gate_dtype": res.dtype, "weight_dtype": res.dtype,
             "act_dtype": res.dtype, "out_dtype": res.dtype,
             "shape": f"{res.n_x}x{res.n_gate[regime]}", "hidden": 1, "tokens": a.pairs,
@@ -156,7 +157,7 @@ def write_outputs(res: Result, out_dir: Path | str) -> list[Path]:
 
 def summary(res: Result) -> str:
     pairs = res.perf.get("pairs_run", res.n_x * sum(res.n_gate.values()))
-    lines = [f"exhaustive {res.dtype} impl={res.impl} ({res.rounding}) on {res.device}: "
+    lines = [f"exhaustive {res.dtype} impl={res.impl} ({res.rounding}, {MATH} math) on {res.device}: "
              f"{res.n_x} x values x {res.n_gate['normal']}+{res.n_gate['extreme']} gates (normal+extreme), "
              f"dy={res.dy:g}, {res.seconds:.2f} s for {pairs:.4g} pairs "
              f"({pairs / max(res.seconds, 1e-9):.3g} pairs/s, tile pass {res.perf.get('backend', '?')})"]

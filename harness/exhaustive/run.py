@@ -17,6 +17,7 @@ import torch
 from harness.exhaustive.accumulate import Result, Ticker
 from harness.exhaustive.certify import certify_tile
 from harness.exhaustive.enumerate import case_hash, default_chunk, setup, x_tiles
+from harness.exhaustive.impls import DEFAULT
 from harness.exhaustive.metrics import consts, worst_metrics
 from harness.exhaustive.progress import Checkpoint, run_key
 from harness.exhaustive.stats import MAX_SC, MAX_ULP, Rows, Tile, TilePass, candidates, fold, update_worst
@@ -24,7 +25,7 @@ from harness.exhaustive.stats import MAX_SC, MAX_ULP, Rows, Tile, TilePass, cand
 FULL = (0, 1 << 16)
 
 
-def run_exhaustive(dtype: str, impl: str = "torch", device: str = "cpu", x_range=FULL, gate_range=FULL,
+def run_exhaustive(dtype: str, impl: str = DEFAULT, device: str = "cpu", x_range=FULL, gate_range=FULL,
                    dy: float = 1.0, chunk: int | None = None, impl_fn: Callable | None = None,
                    progress: Callable[[str], None] | None = None, backend: str = "auto",
                    max_x_tiles: int | None = None, checkpoint: Checkpoint | None = None) -> Result:
@@ -90,5 +91,5 @@ def warm_up(dtype: str, device: str, backend: str = "auto") -> float:
     gates: certification candidates, worst pairs): what a command can do while other start-up work
     runs. Returns the seconds it took."""
     t0 = time.perf_counter()
-    run_exhaustive(dtype, "torch", device, (0x3f80, 0x3f88), (0x0000, 0x0040), backend=backend)  # ties: certify
+    run_exhaustive(dtype, DEFAULT, device, (0x3f80, 0x3f88), (0x0000, 0x0040), backend=backend)  # ties: certify
     return time.perf_counter() - t0

@@ -2,16 +2,20 @@
 
 A factory `factory(hidden_size, *, eps, zero_centered_gamma, dtype, device) -> nn.Module` and what
 it declares as attributes: `rounding` (a built-in model name or a set of points; "chain" when
-absent), `act_follows` ("x", or "weight": TE-style, n and y in the weight's dtype), `devices`, and
-`supports(case) -> None | str`. The op variants reach it as extra keyword arguments,
+absent), `math` ("accurate" or "fast": the float32 math between the rounding points, "accurate"
+when absent) and `ftz` (float32 subnormals may flush to zero; False when absent), `act_follows`
+("x", or "weight": TE-style, n and y in the weight's dtype), `devices`, and
+`supports(case) -> None | str`. The math class can be overridden per run: `--impl SPEC@fast+ftz`
+(`with_math`; the suffix travels with the spec to worker processes and replay commands). The op variants reach it as extra keyword arguments,
 `group_size=G` and `norm_before_gate=False`, only for the cases that need them; a factory whose
 signature does not take one gets `skip` rows for those cases."""
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from harness.references.mathclass import ACCURATE, MathClass, declared_math, parse_math
 from harness.references.models import RoundingModel, resolve
 
 VARIANT_KWARGS = ("group_size", "norm_before_gate")
@@ -42,6 +46,7 @@ class Implementation:
     variants: frozenset = frozenset(VARIANT_KWARGS)
     supports: Callable | None = field(default=None, compare=False)
     findings: tuple[str, ...] = ()     # known departures from the contract (text of their fail reasons)
+    math: MathClass = ACCURATE         # the float32 math between the rounding points (+ FTZ)
 
     def skip_reason(self, device: str) -> str | None:
         if self.unavailable:
@@ -58,6 +63,13 @@ class Implementation:
         if not case.norm_before_gate:
             kw["norm_before_gate"] = False
         return kw
+
+    def with_math(self, math: MathClass | str) -> "Implementation":
+        """This implementation judged at another math class (a label such as "fast+ftz"): the spec
+        carries it as `SPEC@label`, so a worker process and a replay command judge the same."""
+        mc = parse_math(math) if isinstance(math, str) else math
+        base = self.spec.rpartition("@")[0] if "@" in self.spec else self.spec
+        return replace(self, math=mc, spec=f"{base}@{mc.label}" if base else "")
 
     def unsupported(self, case) -> str | None:
         """Why this case gives `skip` rows before running, or None: a variant the factory's
@@ -89,9 +101,14 @@ def from_factory(name: str, factory: Callable, source: str, spec: str = "", **ov
     devices = (devices,) if isinstance(devices, str) else tuple(devices)
     if not devices or any(d not in ("cpu", "cuda") for d in devices):
         raise UsageError(f"--impl {name}: {source}.devices is {devices!r}; expected 'cpu' and/or 'cuda'")
+    try:
+        mc = declared_math(overrides.pop("math", getattr(factory, "math", None)),
+                           overrides.pop("ftz", getattr(factory, "ftz", None)))
+    except UsageError as e:
+        raise UsageError(f"--impl {name}: {source}.{e}") from None
     supports = overrides.pop("supports", getattr(factory, "supports", None))
     if supports is not None and not callable(supports):
         raise UsageError(f"--impl {name}: {source}.supports is not callable")
     spec = spec or (name if source == "builtin" else "")
     return Implementation(name, factory, model, act, devices, source=source, spec=spec,
-                          variants=accepted_variants(factory), supports=supports, **overrides)
+                          variants=accepted_variants(factory), supports=supports, math=mc, **overrides)

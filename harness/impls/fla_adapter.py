@@ -9,15 +9,17 @@ Facts from fla-core 0.6.0 (fla/modules/norm/fused_norm_gate.py) that shape this 
   +1 itself does not round) and autograd carries dweight back to the weight's dtype.
 - The gate gradient is computed and rounded in x's dtype, not the gate's: with a float32 gate and
   a bf16 x the harness will (rightly) see dgate carry bf16 error.
+- Its float32 math is Triton's fast class: `tl.sigmoid` (exp as ex2.approx of the float32-rounded
+  t * log2 e, then div.full), `b_rstd = 1 / tl.sqrt(b_var + eps)` (sqrt.approx, div.full), the
+  variance's `/ D`: math class `fast` (docs/budgets.md).
 
 `fla-gated` is `RMSNormGated` (fla/modules/norm/layernorm_gated.py in 0.6.0, aliased as
 fla.modules.layernorm_gated; Tri Dao's mamba_ssm kernel): groups and both orders, float32 inside,
 y and dgate allocated like x and the gate (`empty_like`), dweight summed in float32 before its one
 cast: rounding model `fused`. Its constructor defaults are eps=1e-5 and norm_before_gate=False (the
 Mamba-2 order, unlike the harness's default), so both are always passed. No zero-centred gamma:
-as for `fla`, the class's own `rmsnorm_fn` gets `weight.float() + 1`.
-(mamba_ssm's copy of the kernel is not adapted: PyPI has only an sdist that must be built against
-torch and CUDA, and importing mamba_ssm loads its compiled selective_scan_cuda.)"""
+as for `fla`, the class's own `rmsnorm_fn` gets `weight.float() + 1`. The same kernel, the same
+fast math (`tl.sigmoid`, `1 / tl.sqrt(var + eps)`). mamba_ssm's own copy is harness/impls/mamba_adapter.py."""
 from __future__ import annotations
 
 import importlib
@@ -68,7 +70,7 @@ def gated_implementation(cls, fn) -> Implementation:
                                dtype=dtype, device=device, group_size=group_size,
                                norm_before_gate=norm_before_gate)
 
-    return from_factory("fla-gated", factory, "builtin", rounding="fused", devices=("cuda",),
+    return from_factory("fla-gated", factory, "builtin", rounding="fused", math="fast", devices=("cuda",),
                         notes="fla-core RMSNormGated (groups, both orders; norm_before_gate always passed)")
 
 
@@ -97,7 +99,7 @@ def implementations() -> list[Implementation]:
         def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device):
             return FlaGatedRMSNorm(fn, hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
                                    dtype=dtype, device=device)
-        out.append(from_factory("fla", factory, "builtin", rounding="fused", devices=("cuda",),
+        out.append(from_factory("fla", factory, "builtin", rounding="fused", math="fast", devices=("cuda",),
                                 notes="fla-core rms_norm_gated, activation='swish' (norm first, one group)"))
     found, why = _import_first("fla.modules.norm.layernorm_gated", "fla.modules.layernorm_gated",
                                names=("RMSNormGated", "rmsnorm_fn"))

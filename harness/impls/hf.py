@@ -3,14 +3,18 @@
 Facts from transformers 5.24.0 (5.17.0 differs where noted) that shape these adapters:
 - `Qwen3NextRMSNormGated(hidden_size, eps=1e-6)`: norm first, one group; x*rstd in float32, rounded
   to x's dtype, then `weight * xhat` in PyTorch's promoted dtype, times silu(gate) in float32, one
-  cast to x's dtype: model `xhat`. (`Qwen3_5RMSNormGated` and `OlmoHybridRMSNormGated` are the same
-  code. Its `use_kernel_forward_from_hub` decoration is inert unless a model is kernelized.)
+  cast to x's dtype: model `xhat`. (`Qwen3_5RMSNormGated`, `OlmoHybridRMSNormGated` and
+  `Qwen4ExpTextRMSNormGated(hidden_size, eps=1e-6, activation="silu")` are the same code. Its
+  `use_kernel_forward_from_hub` decoration is inert unless a model is kernelized.)
+- `LaraMiniRMSNormGated(hidden_size, eps=1e-6)`: norm first, one group, the weight cast to float32
+  too, one cast at the end: model `fused`; any rank. (Not in 5.17.0.)
 - `FalconH1RMSNormGated(hidden_size, eps=1e-6, n_groups=1, norm_before_gate=True)`: both orders and
   groups, everything in float32 with the weight too, one cast at the end: model `fused`. It takes
   only 2-D or 3-D input (5.17.0 also squeezes a 3-D input whose second dimension is 1), so the
   adapter flattens x and the gate to 2-D and restores the shape.
-- `MambaRMSNormGated(hidden_size, group_size, eps=1e-6)` (mamba2; `Zamba2RMSNormGated` and
-  `BambaRMSNormGated` are the same code): gate first always; xhat rounded to x's dtype, then
+- `MambaRMSNormGated(hidden_size, group_size, eps=1e-6)` (mamba2; `Zamba2RMSNormGated`,
+  `BambaRMSNormGated`, `NemotronHRMSNormGated` and `GraniteMoeHybridRMSNormGated` are the same
+  code; 5.17.0 has no `NemotronHRMSNormGated`): gate first always; xhat rounded to x's dtype, then
   `weight * xhat` with no final cast: model `xhat`, and y comes back in promote(weight, x) — float32
   for a float32 weight and a bf16 x, which the harness reports as a contract failure (the adapter
   does not cast to hide it). In 5.17.0 and 4.x it has no `group_size` (one group): grouped cases
@@ -62,6 +66,23 @@ CLASSES = (
             ("y dtype float32, expected",)),
     HfClass("hf-zamba2", "zamba2", "Zamba2RMSNormGated", "xhat", "gate",
             "HF Zamba2RMSNormGated: gate first only, y = weight * xhat with no final cast",
+            ("y dtype float32, expected",)),
+    HfClass("hf-qwen35", "qwen3_5", "Qwen3_5RMSNormGated", "xhat", "norm",
+            "HF Qwen3_5RMSNormGated (the Qwen3-Next code): xhat rounded to x's dtype"),
+    HfClass("hf-qwen4exp", "qwen4_exp", "Qwen4ExpTextRMSNormGated", "xhat", "norm",
+            "HF Qwen4ExpTextRMSNormGated (the Qwen3-Next code, activation='silu'): xhat rounded to x's dtype"),
+    HfClass("hf-olmohybrid", "olmo_hybrid", "OlmoHybridRMSNormGated", "xhat", "norm",
+            "HF OlmoHybridRMSNormGated (the Qwen3-Next code): xhat rounded to x's dtype"),
+    HfClass("hf-laramini", "lara_mini", "LaraMiniRMSNormGated", "fused", "norm",
+            "HF LaraMiniRMSNormGated: norm first, one group, float32 throughout (the weight too), one cast"),
+    HfClass("hf-nemotronh", "nemotron_h", "NemotronHRMSNormGated", "xhat", "gate",
+            "HF NemotronHRMSNormGated (the Mamba code): gate first only, y = weight * xhat with no final cast",
+            ("y dtype float32, expected",)),
+    HfClass("hf-granitemoehybrid", "granitemoehybrid", "GraniteMoeHybridRMSNormGated", "xhat", "gate",
+            "HF GraniteMoeHybridRMSNormGated (the Mamba code): gate first only, y = weight * xhat with no final cast",
+            ("y dtype float32, expected",)),
+    HfClass("hf-bamba", "bamba", "BambaRMSNormGated", "xhat", "gate",
+            "HF BambaRMSNormGated (the Mamba code): gate first only, y = weight * xhat with no final cast",
             ("y dtype float32, expected",)),
 )
 

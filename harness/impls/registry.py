@@ -1,6 +1,8 @@
 """Where implementations come from: the built-ins (every module of this folder with an
 `implementations()` function — a new built-in or adapter is one new file), `NAME=MODULE:ATTR`
-plug-ins, and installed packages' entry points in the group `harness.impls`."""
+plug-ins, and installed packages' entry points in the group `harness.impls`. Any of them may end in
+`@CLASS` (accurate, fast, accurate+ftz, fast+ftz): the implementation judged at that math class
+instead of its declared one."""
 from __future__ import annotations
 
 import importlib
@@ -14,6 +16,7 @@ from pathlib import Path
 from harness import impls as _package
 from harness.impls.base import Implementation, from_factory
 from harness.references.errors import UsageError
+from harness.references.mathclass import parse_math
 
 ENTRY_POINT_GROUP = "harness.impls"
 # An --impl NAME=MODULE:ATTR (harness.bisect and its judge read the module from it too).
@@ -81,7 +84,14 @@ def entry_points() -> dict[str, Implementation]:
 
 
 def resolve(spec: str) -> Implementation:
-    """A built-in name, an entry point's name, or NAME=MODULE:ATTR."""
+    """A built-in name, an entry point's name, or NAME=MODULE:ATTR; each optionally `@CLASS`."""
+    if "@" in spec:
+        base, _, label = spec.rpartition("@")
+        try:
+            mc = parse_math(label)
+        except UsageError as e:
+            raise UsageError(f"--impl {spec!r}: {e}") from None
+        return resolve(base).with_math(mc)
     found = builtins()
     if spec in found:
         return found[spec]

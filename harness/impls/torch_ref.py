@@ -3,6 +3,14 @@
 (`torch-compile`: Inductor's defaults elide the rounding between the ops, so it declares fused;
 `torch-compile-emulate`: emulate_precision_casts, declared chain).
 
+Every one declares the `accurate` math class: eager kernels call libm / libdevice (expf, 1/sqrtf,
+IEEE division); Inductor's defaults (torch 2.13's source, torch/_inductor) decompose silu as
+x / (1 + exp(-x)) with `libdevice.exp` and `rsqrt` as `libdevice.rsqrt` (the ex2.approx form only
+with config.use_fast_math), and divide with Triton's `/` (div.full, 2 ulp: within accurate's
+noise); its CPU code calls Sleef's vectorised exp. One exception to watch: silu's backward is the
+core decomposition `torch.sigmoid`, which Inductor lowers to `tl.sigmoid` (ex2.approx) on CUDA —
+`harness identify` names the class a given torch's compile realises.
+
 The norm's math in float32; SiLU in float32; y, dx in x's dtype, dgate in the gate's, dweight in the
 weight's (autograd rounds each gradient to its tensor's dtype). The rounding points (SPEC §1) are
 `.to(x.dtype)` casts at the points the model names — nothing else differs between the three."""

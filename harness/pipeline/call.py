@@ -29,7 +29,7 @@ from harness.cases.generate import act_format, generate
 from harness.impls.base import Implementation
 from harness.pipeline import fpenv
 from harness.pipeline.settings import Settings
-from harness.references.errors import Unsupported
+from harness.references.errors import Unsupported, out_of_memory
 from harness.references.exact import OUTPUTS, Inputs
 
 # Untimed warm calls before each timing on a GPU (Triton's do_bench warms up for 25 ms too).
@@ -62,7 +62,7 @@ def _failure(e: BaseException, where: str) -> CallRecord:
         raise e
     if isinstance(e, Unsupported):
         return CallRecord("skip", str(e) or "not supported")
-    if isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError)):
+    if out_of_memory(e):               # a case too big for the machine: an error row, as any other
         return CallRecord("error", f"out of memory in the {where}: {short(e)}")
     return CallRecord("error", f"{where} raised {short(e)}")
 
@@ -249,7 +249,10 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
     if why is not None:
         return CallRecord("skip", why)
     act = act_format(case, impl.act_follows)
-    base = generate(case, impl.act_follows).to(s.device)      # pristine: never handed out
+    try:
+        base = generate(case, impl.act_follows).to(s.device)      # pristine: never handed out
+    except Exception as e:
+        return _failure(e, "case's inputs")
     t0 = time.perf_counter()
     try:
         module, weight = make_module(impl, base, s.device, impl.case_kwargs(case))

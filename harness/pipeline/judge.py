@@ -16,9 +16,10 @@ from harness.cases.case import Case
 from harness.cases.generate import act_format, generate
 from harness.impls.base import Implementation
 from harness.pipeline import fpenv
-from harness.pipeline.call import CallRecord
+from harness.pipeline.call import CallRecord, short
 from harness.pipeline.settings import Settings, analysis_device, replay_of, spec_of
 from harness.references.bundle import CaseReferences, build
+from harness.references.errors import out_of_memory
 
 
 def declaration(impl: Implementation) -> Implementation:
@@ -86,6 +87,12 @@ class Judge:
             self.check_environment()
         except FloatEnvironmentError as e:
             return unmeasured_result(case, impl, self.s, "error", str(e), times=times)
+        except Exception as e:
+            if not out_of_memory(e):
+                raise
+            self._case_id = None                  # a case too big for the machine: an error row
+            return unmeasured_result(case, impl, self.s, "error", f"out of memory in the references: {short(e)}",
+                                     times=times)
         times["references"] = self._seconds.pop(act_format(case, impl.act_follows).name, 0.0)
         t0 = time.perf_counter()
         mp0 = _mp_seconds(refs)

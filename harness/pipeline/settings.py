@@ -28,7 +28,7 @@ class Settings:
     impl_hashes: dict = field(default_factory=dict)    # name -> hash of its source (harness.impls.source)
     repeats: int | None = None               # warm timed calls per pair (None: 5 on CUDA, 3 on the CPU; 0: none)
     allow_nondeterministic: bool = False     # a later call on the same inputs may give other bits
-    models: tuple = ()                       # more model references to check (harness identify)
+    models: tuple = ()                       # more (model name, MathClass) references to check (harness identify)
     top: int = 1                             # elements explained per measured check (harness replay: more)
 
     @property

@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from harness.references.formats import Format, round_to
+from harness.references.formats import ulp as ulp_of        # the name `ulp` is this package's ULP metric module
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class Distance:
     fmt: Format                # the output's format
     special: torch.Tensor      # NaN or infinity on either side
     special_ok: torch.Tensor   # ... and the two agree
+    rounded: torch.Tensor      # ref rounded to the format (what a correct rounding of it returns)
+    ulp: torch.Tensor          # ulp(ref) in the format (references.formats.ulp)
+    special_error: torch.Tensor    # every metric's error where `special`: 0 if special_ok, else inf
 
 
 @dataclass(frozen=True)
@@ -48,9 +52,8 @@ class Metric:
     def errors(self, d: Distance) -> torch.Tensor:
         """Per-element error: the formula where both sides are finite, 0 where specials agree,
         inf where they do not (and wherever the formula gives NaN)."""
-        e = self.elementwise(d)
-        e = torch.where(torch.isnan(e), torch.full_like(e, math.inf), e)
-        return torch.where(d.special, torch.where(d.special_ok, torch.zeros_like(e), torch.full_like(e, math.inf)), e)
+        e = torch.nan_to_num(self.elementwise(d), nan=math.inf, posinf=math.inf, neginf=-math.inf)
+        return torch.where(d.special, d.special_error, e)
 
 
 _REGISTRY: dict[str, Metric] = {}
@@ -91,16 +94,26 @@ def gated_metric(output: str, reference: str) -> str:
 
 def distance(computed: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, gauge: torch.Tensor,
              fmt: Format) -> Distance:
+    """Per element, the computed value against the interval [lo, hi]; `lo is hi` is a point
+    reference (the nearest point is lo itself, NaN computed values included)."""
+    point = lo is hi
     c = computed.detach().to(torch.float64)
-    lo, hi = lo.to(torch.float64), hi.to(torch.float64)
-    ref = torch.minimum(torch.maximum(c, lo), hi)
-    ref = torch.where(torch.isnan(c), lo, ref)
+    lo = lo.to(torch.float64)
+    hi = lo if point else hi.to(torch.float64)
+    if point:
+        ref, r_nan = lo, torch.isnan(lo)
+    else:
+        ref = torch.where(torch.isnan(c), lo, torch.minimum(torch.maximum(c, lo), hi))
+        r_nan = torch.isnan(lo) | torch.isnan(hi)
     dist = (c - ref).abs()
     ref_rounded = round_to(ref, fmt)
-    c_nan, r_nan = torch.isnan(c), torch.isnan(lo) | torch.isnan(hi)
+    c_nan = torch.isnan(c)
     special = c_nan | r_nan | torch.isinf(c) | torch.isinf(ref_rounded)
-    special_ok = (c_nan & r_nan) | (~c_nan & ~r_nan & (c == ref_rounded))
-    return Distance(c, ref, dist, gauge.to(torch.float64), fmt, special, special_ok)
+    # a NaN computed value agrees with a NaN reference only; any other with the rounded reference
+    # (never equal where the reference is NaN: then ref_rounded is NaN too)
+    special_ok = torch.where(c_nan, r_nan, c == ref_rounded)
+    return Distance(c, ref, dist, gauge.to(torch.float64), fmt, special, special_ok, ref_rounded, ulp_of(ref, fmt),
+                    torch.where(special_ok, 0.0, math.inf).to(torch.float64))
 
 
 @dataclass(frozen=True)

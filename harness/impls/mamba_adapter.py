@@ -1,0 +1,90 @@
+"""mamba_ssm's Triton gated RMSNorm (the `mamba` extra; CUDA + Triton), Mamba-2's reference kernel.
+
+Facts from mamba_ssm 2.3.2.post1 (mamba_ssm/ops/triton/layernorm_gated.py) that shape this adapter:
+- `RMSNorm(hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None, dtype=None)`,
+  `forward(x, z)`: groups and both orders (norm(x) * silu(z), or norm(x * silu(z))); the weight is
+  initialised to ones and there is no bias. The case's eps, group size and order are always passed.
+- One forward kernel and one backward kernel compute everything in float32 and round once at the
+  store, y in x's dtype and dz in the gate's (`empty_like`), dweight summed in float32 before its
+  one cast to the weight's dtype: rounding model `fused`.
+- Its float32 math is Triton's fast class: `tl.sigmoid` (ex2.approx of the float32-rounded
+  t * log2 e, and div.full), `rstd = 1 / tl.sqrt(var + eps)` (sqrt.approx and div.full), the
+  variance's `/ N`: math class `fast` (docs/budgets.md).
+- No zero-centred gamma: declined through `supports`.
+- PyPI has only an sdist; `MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE pip wheel --no-deps
+  --no-build-isolation mamba-ssm==2.3.2.post1` builds a pure-Python wheel (torch must be installed).
+  Its package __init__ imports the compiled extension `selective_scan_cuda`, which that wheel lacks,
+  so the module is loaded from its file in the installed distribution, never through the package; it
+  needs torch, triton and einops. `implementations()` only finds the file (every harness process
+  lists the built-ins); the factory loads it on first use."""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+from pathlib import Path
+
+from torch import nn
+
+from harness.impls.base import Implementation, from_factory
+
+DISTRIBUTION = "mamba_ssm"
+MODULE_FILE = "mamba_ssm/ops/triton/layernorm_gated.py"
+NEEDS = ("triton", "einops")
+
+
+def module_path() -> tuple[Path | None, str]:
+    """(the installed layernorm_gated.py, "") or (None, why not)."""
+    try:
+        dist = importlib.metadata.distribution(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None, "mamba_ssm not installed (pip install the wheel built as harness/impls/mamba_adapter.py says)"
+    hits = [f for f in (dist.files or ()) if str(f).replace("\\", "/").endswith(MODULE_FILE)]
+    if not hits:
+        return None, f"mamba_ssm {dist.version} has no {MODULE_FILE}"
+    missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        return None, f"mamba_ssm's {MODULE_FILE} needs {' and '.join(missing)}, not installed"
+    return Path(dist.locate_file(hits[0])), ""
+
+
+@functools.cache
+def load_rmsnorm(path: str):
+    """mamba_ssm's RMSNorm class, from its file (not through the package's __init__)."""
+    spec = importlib.util.spec_from_file_location("harness_mamba_ssm_layernorm_gated", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.RMSNorm
+
+
+class MambaGatedRMSNorm(nn.Module):
+    def __init__(self, cls, hidden_size, *, eps, dtype, device, group_size=None, norm_before_gate=True):
+        super().__init__()
+        self.inner = cls(hidden_size, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate,
+                         device=device, dtype=dtype)
+        self.weight = self.inner.weight
+
+    def forward(self, x, gate):
+        return self.inner(x, gate)
+
+
+def no_zero_centred_gamma(case) -> str | None:
+    return "mamba_ssm's RMSNorm has no zero-centred gamma" if case.zero_centered_gamma else None
+
+
+def adapter(path: Path) -> Implementation:
+    def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
+        return MambaGatedRMSNorm(load_rmsnorm(str(path)), hidden_size, eps=eps, dtype=dtype, device=device,
+                                 group_size=group_size, norm_before_gate=norm_before_gate)
+
+    return from_factory("mamba", factory, "builtin", rounding="fused", math="fast", devices=("cuda",),
+                        supports=no_zero_centred_gamma,
+                        notes="mamba_ssm RMSNorm (Triton; groups, both orders; loaded from its file)")
+
+
+def implementations() -> list[Implementation]:
+    path, why = module_path()
+    if path is None:                  # never skip silently: say why
+        return [Implementation("mamba", None, devices=("cuda",), source="builtin", spec="mamba", unavailable=why,
+                               notes="mamba_ssm's Triton RMSNorm (the `mamba` extra)")]
+    return [adapter(path)]
