@@ -17,6 +17,7 @@ import pytest
 from harness.cases.case import Case
 from harness.cases.suite import parse_suite
 from harness.references.errors import UsageError
+from harness.reports.schema import SCHEMA_VERSION
 from tests.conftest import make_case
 from tests.test_robustness import TWO, one_line_usage, run
 
@@ -126,7 +127,7 @@ def _shards(df, tmp_path, edit_b=None):
 
 @pytest.mark.parametrize("edit,needle", [
     (lambda b: b.__setitem__("device", "cuda"), "different devices (cpu, cuda)"),
-    (lambda b: b.__setitem__("schema_version", "1"), "mix schema versions 1, 2"),
+    (lambda b: b.__setitem__("schema_version", "1"), f"mix schema versions 1, {SCHEMA_VERSION}"),
     (lambda b: b.__setitem__("eps", "-1.0"), "eps: -1.0 is not a positive"),
     (lambda b: b.__setitem__("norm_before_gate", "maybe"), "norm_before_gate: 'maybe' is not true/false"),
     (lambda b: b.__setitem__("seed", "5"), "its parameters hash to"),
@@ -144,7 +145,7 @@ def test_merge_refuses_shards_all_of_another_schema_version(capsys, tmp_path, sw
     old = df.assign(schema_version="1")
     a, b = _shards(old, tmp_path)
     code, _, err = run(capsys, "merge", a, b, "--out", tmp_path / "m")
-    assert one_line_usage(code, err) and "schema version 1, this harness writes 2" in err, err
+    assert one_line_usage(code, err) and f"schema version 1, this harness writes {SCHEMA_VERSION}" in err, err
 
 
 @pytest.mark.parametrize("column,value,needle", [

@@ -46,7 +46,7 @@ def row(impl, case, output, status, *, ulp=np.nan, scaled=np.nan, dtype="bf16", 
          "pair_seconds": 0.08, "impl_seconds": seconds if measured else np.nan,
          "repeatable": repeatable if measured else np.nan, "differing_elements": differing if measured else np.nan,
          "reference_kind": "exact" if ref == "exact" else "model",
-         "reference_model": "" if ref == "exact" else ref.removeprefix("model:"),
+         "reference_model": "" if ref == "exact" else ref.removeprefix("model:"), "reference_math": "accurate",
          "fail_kind": {"pass": "", "fail": "over_budget"}.get(status, status)}
     return {**r, **extra}
 
