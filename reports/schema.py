@@ -12,7 +12,7 @@ _SPEC = (
     "case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
     "zero_centered_gamma", "eps", "gate_dist", "output", "reference", "max_ulp", "mean_ulp",
     "max_abs_err", "max_rel_err", "max_scaled_err", "budget_metric", "budget", "status",
-    "group_size", "norm_before_gate", "math",
+    "group_size", "norm_before_gate", "activation", "math",
 )
 _CASE = ("label", "regime", "act_dtype", "out_dtype", "hidden", "tokens", "x_dist", "gamma_dist", "dy_dist",
          "seed")
@@ -28,7 +28,7 @@ STATUSES = ("pass", "fail", "error", "skip")
 TEXT_COLUMNS = ("case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
                 "gate_dist", "output", "reference", "budget_metric", "status", "label", "regime", "act_dtype",
                 "out_dtype", "x_dist", "gamma_dist", "dy_dist", "worst_index", "worst_inputs", "budget_source",
-                "reason", "replay", "suite", "harness_version", "math")
+                "reason", "replay", "suite", "harness_version", "math", "activation")
 INT_COLUMNS = ("cr_mismatch", "certified", "uncertified", "count_over", "n_elements", "hidden", "tokens", "seed",
                "group_size", "differing_elements", "bytes_moved", "schema_version")
 _NUMBERS = ("eps", "budget", "p99_ulp", "worst_got", "worst_ref", "baseline_value", "pair_seconds", "impl_seconds",
