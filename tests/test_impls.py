@@ -447,7 +447,7 @@ def test_variant_kwargs_only_where_needed_and_skips(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, VARIANT_BODY)
     plain, grouped, picky, declines = (registry.resolve(f"{n}={mod}:{n}") for n in ("plain", "grouped", "picky", "declines"))
     assert plain.variants == frozenset() and grouped.variants == {"group_size"}
-    assert picky.variants == {"group_size", "norm_before_gate"}
+    assert picky.variants == {"group_size", "norm_before_gate", "activation"}
     base, g8, first = make_case(shape=(4, 32)), make_case(shape=(4, 32), group_size=8), \
         make_case(shape=(4, 32), norm_before_gate=False)
     assert {r["status"] for r in rows_for(plain, base)} == {"pass"}                 # no variant kwargs passed
