@@ -38,7 +38,7 @@ TINY32_FTZ = 4 * MIN_NORMAL32      # under FTZ a float32 result below 2^-126 is 
 SILU32_FLUSH = -88.72              # below: a float32 sigmoid (so SiLU) may return 0 (exp(-t) overflows)
 # A float32 sigmoid's relative error, accurate class (u32): exp within one ulp (2 u32), the add and
 # the division correctly rounded (1 u32 each); the stable form exp(t) / (1 + exp(t)) alike.
-# tests/test_models.py checks torch.sigmoid's float32 error against mpmath over every gate range.
+# tests/test_mathclass.py checks torch.sigmoid's float32 error against mpmath over the gate ranges.
 SIGMOID32 = 4.0
 
 
