@@ -23,6 +23,12 @@
 #   big         bench/suites/big.toml for torch: 16.8-33.6 M-element cases, whose references and checks
 #               run on the GPU in each worker's judge, the outputs sent there from the implementation's
 #               process (89-91 s in run 12h, docs/performance.md §1)
+#   sigmoid-exhaustive  `harness exhaustive --activation sigmoid` bf16 and fp16 on CUDA (the Triton tile pass
+#               over the sigmoid tables; dgate's saturated regime reported)
+#   sigmoid-fla `fla` (FusedRMSNormGated, activation="sigmoid" on the sigmoid cases) through quick and full
+#               at its declared class (fast), and identify (keyed by activation); fla-gated runs them as skips
+#   sigmoid-hf  the sigmoid HF adapters (HF_SIGMOID below) through quick and full on CUDA, and identify each
+#               (transformers 5.24.0 in .whl/, as for hf-field)
 set -uo pipefail
 # The device image sets PYTHONDONTWRITEBYTECODE=1, so every process there compiled torch's Python
 # sources again (~2.25 s of a warm `harness exhaustive`); a user's machine keeps bytecode (pip
@@ -54,6 +60,7 @@ step() {  # step NAME SECONDS CMD...: the command's output to the log, its exit 
 cold() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl mamba --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
 HF_FIELD="hf-qwen35 hf-qwen4exp hf-olmohybrid hf-laramini hf-nemotronh hf-granitemoehybrid hf-bamba"
+HF_SIGMOID="hf-kimilinear hf-bailinghybrid hf-glm5next hf-qwen4exp"
 TRITON_IMPLS="--impl mamba --impl fla-gated --impl fla"
 TRITON_ACCURATE="--impl mamba@accurate --impl fla-gated@accurate --impl fla@accurate"
 
@@ -98,6 +105,24 @@ for stage in "$@"; do
     selftest) step selftest 600 python3 -m harness selftest --device cuda --jobs 8 --out "$OUT/selftest" ;;
     big) step big 600 python3 -m harness run --impl torch --cases bench/suites/big.toml --device cuda --jobs 4 \
              --out "$OUT/big" --no-report --repeats 0 ;;
+    sigmoid-exhaustive) for dt in bf16 fp16; do
+        step "exhaustive-sigmoid-$dt" 400 python3 -m harness exhaustive --dtype $dt --activation sigmoid --device cuda \
+             --out "$OUT/ex-sigmoid-$dt"
+      done ;;
+    sigmoid-fla) step sigmoid-fla-quick 600 python3 -m harness run --impl fla --impl fla-gated --cases quick --device cuda \
+             --jobs 8 --out "$OUT/sigmoid-fla-quick" --no-report
+      step sigmoid-fla-full 600 python3 -m harness run --impl fla --cases full --device cuda --jobs 16 \
+           --out "$OUT/sigmoid-fla-full" --no-report --repeats 0
+      step identify-fla-sigmoid 300 python3 -m harness identify --impl fla --cases quick --device cuda --jobs 4 \
+           --out "$OUT/id-fla-sigmoid" --no-report ;;
+    sigmoid-hf) step sigmoid-hf-quick 600 python3 -m harness run $(printf -- '--impl %s ' $HF_SIGMOID) --cases quick \
+             --device cuda --jobs 8 --out "$OUT/sigmoid-hf-quick" --no-report
+      step sigmoid-hf-full 600 python3 -m harness run $(printf -- '--impl %s ' $HF_SIGMOID) --cases full --device cuda \
+           --jobs 16 --out "$OUT/sigmoid-hf-full" --no-report --repeats 0
+      for i in $HF_SIGMOID; do
+        step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
+             --out "$OUT/id-$i" --no-report
+      done ;;
     *) echo "unknown stage $stage" | tee -a "$LOG"; exit 2 ;;
   esac
 done

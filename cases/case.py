@@ -1,8 +1,8 @@
 """A case is a frozen value: every axis named, a stable id.
 
-The op-variant axes (group_size, norm_before_gate) and dy_dist came later than the others; their
-defaults (one group, norm first, random normal dy) are left out of the hashed parameters, so every
-case written before them keeps its id (and its golden-store key and baseline rows).
+The op-variant axes (group_size, norm_before_gate, activation) and dy_dist came later than the
+others; their defaults (one group, norm first, random normal dy, a silu gate) are left out of the
+hashed parameters, so every case written before them keeps its id (and its golden-store key and baseline rows).
 
 Every path that takes a case from outside (suite files, `replay --case` JSON, results.csv rows of
 merge and replay) checks its parameters here, once: `param_problem` for one value, `from_params`
@@ -16,6 +16,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Mapping
 
+from harness.references.closed_forms import ACTIVATIONS
 from harness.references.errors import UsageError
 
 DTYPES = ("fp32", "fp16", "bf16")
@@ -28,7 +29,7 @@ EXTREME_X = {"large", "tiny", "subnormal"}
 EXTREME_GATE = {"saturating", "underflow"}
 
 
-LATER_AXES = {"group_size": None, "norm_before_gate": True, "dy_dist": "normal"}
+LATER_AXES = {"group_size": None, "norm_before_gate": True, "dy_dist": "normal", "activation": "silu"}
 MAX_DIMS = 4
 MAX_ELEMENTS = 1 << 31               # per tensor: the kernels under test index with int32
 # eps enters float32 math: outside float32's normal range it is 0 or inf there (an infinite eps
@@ -79,7 +80,7 @@ PARAM_CHECKS = {
     "dtype": _choice(DTYPES), "gate_dtype": _choice(DTYPES), "weight_dtype": _choice(DTYPES), "shape": _shape,
     "zero_centered_gamma": _bool, "eps": _eps, "x_dist": _choice(X_DISTS), "gate_dist": _choice(GATE_DISTS),
     "gamma_dist": _choice(GAMMA_DISTS), "seed": _seed, "group_size": _group, "norm_before_gate": _bool,
-    "dy_dist": _choice(DY_DISTS),
+    "dy_dist": _choice(DY_DISTS), "activation": _choice(ACTIVATIONS),
 }
 
 
@@ -136,6 +137,7 @@ class Case:
     group_size: int | None = None        # channels per group of the norm's mean; None: the hidden size
     norm_before_gate: bool = True        # False: the Mamba-2 order, y = RMSNorm(x * silu(gate))
     dy_dist: str = "normal"
+    activation: str = "silu"             # the gate's function: silu(t) = t sigmoid(t), or sigmoid(t)
 
     def __post_init__(self):
         why = case_problem({f.name: getattr(self, f.name) for f in fields(self)})
@@ -190,7 +192,8 @@ class Case:
             dt += f"/w:{self.weight_dtype}"
         zc = " zc" if self.zero_centered_gamma else ""
         variant = (f" G={self.group_size}" if self.group_size else "") + \
-            ("" if self.norm_before_gate else " gate-first")
+            ("" if self.norm_before_gate else " gate-first") + \
+            ("" if self.activation == "silu" else f" {self.activation}")
         dy = "" if self.dy_dist == "normal" else f" dy:{self.dy_dist}"
         return (f"{dt} {'x'.join(map(str, self.shape))}{zc}{variant} eps={self.eps:g} "
                 f"x:{self.x_dist} gate:{self.gate_dist} gamma:{self.gamma_dist}{dy}")

@@ -108,4 +108,5 @@ def generate(case: Case, act_follows: str = "x") -> Inputs:
     w = to_dtype_exact(gamma_values(case.gamma_dist, gen, case.hidden, case.zero_centered_gamma), fw)
     fa = act_format(case, act_follows)
     dy = to_dtype_exact(dy_values(case.dy_dist, gen, shape), fa)
-    return Inputs(x, gate, w, dy, case.eps, case.zero_centered_gamma, case.group_size, case.norm_before_gate)
+    return Inputs(x, gate, w, dy, case.eps, case.zero_centered_gamma, case.group_size, case.norm_before_gate,
+                  case.activation)

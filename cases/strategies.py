@@ -3,14 +3,14 @@
 `cases()` draws a Case: every dtype (and mixed gate / weight dtypes), shapes of 1 to 4 dimensions
 with small sizes (hidden 1..300, tokens 1..64), zero-centred gamma on and off, eps from
 {1e-5, 1e-6, 0.3}, every x / gate / gamma / dy distribution, a group size dividing the hidden size,
-both op orders, and a seed. Each axis shrinks towards the
+both op orders, the gate activations asked for (`activations`: silu and sigmoid), and a seed. Each axis shrinks towards the
 plainest value (first listed), so a shrunk failure names the smallest case that still fails.
 `inputs()` maps cases to their generated Inputs (cases.generate)."""
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from harness.cases.case import DTYPES, DY_DISTS, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
+from harness.cases.case import ACTIVATIONS, DTYPES, DY_DISTS, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
 from harness.cases.generate import generate
 
 __all__ = ["cases", "shapes", "inputs", "EPS", "MAX_HIDDEN", "MAX_TOKENS"]
@@ -36,9 +36,10 @@ def shapes(draw, max_hidden: int = MAX_HIDDEN, max_tokens: int = MAX_TOKENS):
 
 @st.composite
 def cases(draw, dtypes=DTYPES, max_hidden: int = MAX_HIDDEN, max_tokens: int = MAX_TOKENS,
-          gate_dtypes=DTYPES, weight_dtypes=DTYPES):
+          gate_dtypes=DTYPES, weight_dtypes=DTYPES, activations=ACTIVATIONS):
     """A Case. gate_dtypes / weight_dtypes: the other dtypes the gate / weight may take besides
-    x's (an empty tuple keeps them equal to x's dtype)."""
+    x's (an empty tuple keeps them equal to x's dtype); activations: the gate activations drawn
+    (shrinking towards the first)."""
     dtype = draw(st.sampled_from(dtypes))
     same = st.just(dtype)
     gate_dtype = draw(st.one_of(same, st.sampled_from(gate_dtypes)) if gate_dtypes else same)
@@ -54,8 +55,9 @@ def cases(draw, dtypes=DTYPES, max_hidden: int = MAX_HIDDEN, max_tokens: int = M
     group = draw(st.sampled_from([hidden] + [g for g in range(1, hidden) if hidden % g == 0]))
     norm_before_gate = draw(st.booleans().map(lambda b: not b))      # shrinks towards norm first
     dy_dist = draw(st.sampled_from(DY_DISTS))
+    activation = draw(st.sampled_from(activations))
     return Case(dtype, gate_dtype, weight_dtype, tuple(shape), zc, float(eps), x_dist, gate_dist,
-                gamma_dist, seed, group, norm_before_gate, dy_dist)
+                gamma_dist, seed, group, norm_before_gate, dy_dist, activation)
 
 
 def inputs(case=None, act_follows: str = "x"):

@@ -18,6 +18,7 @@ given) and single cases. Every problem is reported as `FILE: KEY: reason` (Usage
                                          # combinations whose hidden size it does not divide are dropped
     norm_before_gate = [true, false]     # false: the Mamba-2 order, RMSNorm(x * silu(gate))
     dy_dist = ["normal", "ones"]         # the upstream gradient: random normal, all ones, or "positive"
+    activation = ["silu", "sigmoid"]     # the gate's function: silu(t) = t sigmoid(t), or sigmoid(t)
 """
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ from harness.references.errors import UsageError
 
 # The axes of a [[group]] (a [[case]] writes `seed` for `seeds`), in the product's order.
 AXES = ("dtype", "gate_dtype", "weight_dtype", "shape", "zero_centered_gamma", "eps", "x_dist", "gate_dist",
-        "gamma_dist", "seeds", "group_size", "norm_before_gate", "dy_dist")
+        "gamma_dist", "seeds", "group_size", "norm_before_gate", "dy_dist", "activation")
 DEFAULTS = {"gate_dtype": ["same"], "weight_dtype": ["same"], "zero_centered_gamma": [False],
             "eps": [1e-5], "x_dist": ["standard"], "gate_dist": ["normal"], "gamma_dist": ["auto"],
-            "seeds": [0], "group_size": ["hidden"], "norm_before_gate": [True], "dy_dist": ["normal"]}
+            "seeds": [0], "group_size": ["hidden"], "norm_before_gate": [True], "dy_dist": ["normal"],
+            "activation": ["silu"]}
 REQUIRED = ("dtype", "shape")
 TOP_KEYS = {"name", "description", "group", "case"}
 
@@ -123,7 +125,7 @@ def _expand(where: str, table: dict, single: bool) -> list[Case]:
             continue                         # an invalid combination of a group's axes: not a case
         cases.append(Case(c["dtype"], gd, wd, tuple(c["shape"]), c["zero_centered_gamma"],
                           float(c["eps"]), c["x_dist"], c["gate_dist"], gamma, c["seeds"], group,
-                          c["norm_before_gate"], c["dy_dist"]))
+                          c["norm_before_gate"], c["dy_dist"], c["activation"]))
     if not cases:
         raise UsageError(f"{where}: no valid case (group_size divides none of the hidden sizes)")
     return cases

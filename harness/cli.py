@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("exhaustive", help="every finite (x, gate) pair of bf16/fp16 through SiLUGate")
     e.add_argument("--dtype", required=True, choices=["bf16", "fp16"])
+    e.add_argument("--activation", default="silu", choices=["silu", "sigmoid"],
+                   help="the gate's function: silu (default) or sigmoid (y = x * sigmoid(gate))")
     e.add_argument("--impl", default="silugate-eager",
                    help="SiLUGate alone: silugate-eager (the eager chain's ATen kernels) or silugate-silu-lowp (a mutant)")
     e.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])

@@ -56,6 +56,8 @@ def derivation_table(group: int = 4096, tokens: int = 4096) -> str:
         "math class, shown above). The fast class adds 8 to rho_n and 4 to rho_bwd (approximate sqrt and division),",
         "and per element at the gate steps a sigmoid error (1.25 |t| + 5)(1 - s) + 4 u32 (exp as ex2.approx of the",
         "float32-rounded t log2 e), which widens the exact value; +ftz lets float32 subnormals be 0.",
+        "The same budgets hold for a sigmoid gate (activation = sigmoid): its steps are silu's without the product",
+        "by t; the absolute error its 1 - s carries (4 u32 s |d u|) widens the references per element.",
         "Against the exact value a ULP budget's final rounding is 1, not 0.5, where declared roundings can carry",
         "y across a power of two. Extreme regime (x large/tiny/subnormal, gates below -20, eps >= 0.1): the exact",
         "errors are reported (budget inf), the model reference gates. Overrides: --budgets FILE. docs/budgets.md.",

@@ -5,7 +5,9 @@ autograd pieces that let a mutant break one gradient alone.
 a method; `GradRoundedTo` rounds a gradient on its way to an input; `PerTokenWeight` hands a backward
 every token's dweight term, so that `DweightSummedBy` can sum them as a broken kernel did;
 `ExpArgumentInBf16` and `ExpCubic` are the fast-math emulation's arithmetic (harness/impls/fastmath.py)
-with an exp beyond the fast math class."""
+with an exp beyond the fast math class; `ActivationIgnored`, and `SigmoidGate` of `SigmoidGradOfSilu` or
+`SigmoidGradInBf16`, break the gate activation axis (issue 28): silu for a sigmoid case, a sigmoid
+whose derivative is wrong."""
 from __future__ import annotations
 
 import torch
@@ -27,8 +29,9 @@ class Mutant(GatedRMSNorm):
         g = self.weight.float()
         return g + 1 if self.zero_centered_gamma else g
 
-    def silu(self, gate):
-        return F.silu(gate.float())
+    def act(self, gate):
+        """The gate activation (the case's: silu or sigmoid) in float32."""
+        return self.act_fn(gate.float())
 
     def norm(self, u):
         shape, g = u.shape, self.group_size
@@ -40,10 +43,10 @@ class Mutant(GatedRMSNorm):
 
     def forward(self, x, gate):
         if not self.norm_before_gate:
-            h = self.mid(x.float() * self.silu(gate), x.dtype)
+            h = self.mid(x.float() * self.act(gate), x.dtype)
             return self.norm(h).to(x.dtype)
         n = self.mid(self.norm(x.float()), x.dtype)
-        return (n * self.silu(gate)).to(x.dtype)
+        return (n * self.act(gate)).to(x.dtype)
 
 
 class GradRoundedTo(torch.autograd.Function):
@@ -95,3 +98,51 @@ class ExpCubic(FastMath):
         k = torch.floor(a)
         f = a - k
         return self.q(torch.ldexp(1 + f * (0.6951786 + f * (0.2261105 + f * 0.0786993)), k))
+
+
+class SigmoidGradOfSilu(torch.autograd.Function):
+    """sigmoid(t) forward; backward with silu's derivative s (1 + t (1 - s)) instead of s (1 - s)."""
+    @staticmethod
+    def forward(ctx, t):
+        ctx.save_for_backward(t)
+        return torch.sigmoid(t)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (t,) = ctx.saved_tensors
+        s = torch.sigmoid(t)
+        return grad * s * (1 + t * (1 - s))
+
+
+class SigmoidGradInBf16(torch.autograd.Function):
+    """sigmoid(t) forward; backward with s (1 - s) formed in bf16 (s rounds to 1 from t ~ 5.5 on,
+    so the derivative is 0 there, and elsewhere carries bf16's 2^-9)."""
+    @staticmethod
+    def forward(ctx, t):
+        s = torch.sigmoid(t)
+        ctx.save_for_backward(s)
+        return s
+
+    @staticmethod
+    def backward(ctx, grad):
+        (s,) = ctx.saved_tensors
+        sb = s.to(torch.bfloat16)
+        return grad * (sb * (1 - sb)).float()
+
+
+class ActivationIgnored(Mutant):
+    """Takes `activation`, always applies silu."""
+    def act(self, gate):
+        return F.silu(gate.float())
+
+
+class SigmoidGate(Mutant):
+    """The chain model whose sigmoid gate goes through `grad_fn` (an autograd Function, `of`)."""
+    grad_fn: type[torch.autograd.Function]
+
+    @classmethod
+    def of(cls, fn) -> type:
+        return type(f"SigmoidGate{fn.__name__}", (cls,), {"grad_fn": fn})
+
+    def act(self, gate):
+        return self.grad_fn.apply(gate.float()) if self.activation == "sigmoid" else super().act(gate)

@@ -11,12 +11,12 @@ import torch.nn.functional as F
 
 from harness.impls.fastmath import FastMath, emulation
 from harness.impls.torch_ref import GatedRMSNorm
-from harness.mutant_base import (DweightSummedBy, ExpArgumentInBf16, ExpCubic, GradRoundedTo, Mutant,
-                                 PerTokenWeight)
+from harness.mutant_base import (ActivationIgnored, DweightSummedBy, ExpArgumentInBf16, ExpCubic, GradRoundedTo,
+                                 Mutant, PerTokenWeight, SigmoidGate, SigmoidGradInBf16, SigmoidGradOfSilu)
 
 
 class _SiluInBf16(Mutant):
-    def silu(self, gate):
+    def act(self, gate):
         return F.silu(gate.to(torch.bfloat16)).float()
 
 
@@ -105,7 +105,7 @@ class _SiluWrongGradForNegative(torch.autograd.Function):
 
 
 class _DgateWrongForNegativeGates(Mutant):
-    def silu(self, gate):
+    def act(self, gate):
         return _SiluWrongGradForNegative.apply(gate.float())
 
 
@@ -175,11 +175,11 @@ class _DweightGarbageFewRows(Mutant):
 class _ReturnsFp32(Mutant):
     def forward(self, x, gate):
         n = self.norm(x.float()).to(x.dtype)
-        return n.float() * self.silu(gate)                 # the promoted product, never cast back
+        return n.float() * self.act(gate)                 # the promoted product, never cast back
 
 
 class _SigmoidNotSilu(Mutant):
-    def silu(self, gate):
+    def act(self, gate):
         return torch.sigmoid(gate.float())
 
 
@@ -192,17 +192,24 @@ class _GroupsIgnored(Mutant):
 class _OrderIgnored(Mutant):
     def forward(self, x, gate):
         n = self.norm(x.float()).to(x.dtype)
-        return (n.float() * self.silu(gate)).to(x.dtype)
+        return (n.float() * self.act(gate)).to(x.dtype)
 
 
 MUTANTS: dict = {}
 
 
-def _mutant(attr: str, cls, bug: str, rounding="chain", points=frozenset({"mid"})):
-    """A factory named `attr` (importable as harness.mutants:attr), registered as attr with dashes."""
+def _mutant(attr: str, cls, bug: str, rounding="chain", points=frozenset({"mid"}), sigmoid=False):
+    """A factory named `attr` (importable as harness.mutants:attr), registered as attr with dashes;
+    `sigmoid`: it takes the `activation` argument too (else sigmoid cases skip it)."""
     def make(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
         return cls(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device,
                    points=points, group_size=group_size, norm_before_gate=norm_before_gate)
+
+    def make_any(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True,
+                 activation="silu"):
+        return cls(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device,
+                   points=points, group_size=group_size, norm_before_gate=norm_before_gate, activation=activation)
+    make = make_any if sigmoid else make
     make.__name__ = make.__qualname__ = attr
     make.rounding, make.__doc__ = rounding, bug
     MUTANTS[attr.replace("_", "-")] = make
@@ -241,6 +248,12 @@ returns_fp32 = _mutant("returns_fp32", _ReturnsFp32, "the gated path returns the
 sigmoid_not_silu = _mutant("sigmoid_not_silu", _SigmoidNotSilu, "gate activation sigmoid(t) instead of t*sigmoid(t)")
 groups_ignored = _mutant("groups_ignored", _GroupsIgnored, "group_size accepted, one group normalised")
 order_ignored = _mutant("order_ignored", _OrderIgnored, "norm_before_gate accepted, always norm first")
+activation_ignored = _mutant("activation_ignored", ActivationIgnored, "activation accepted, always silu",
+                             sigmoid=True)
+sigmoid_grad_of_silu = _mutant("sigmoid_grad_of_silu", SigmoidGate.of(SigmoidGradOfSilu), "a sigmoid gate "
+                               "whose backward uses silu's derivative s (1 + t (1 - s))", sigmoid=True)
+sigmoid_grad_in_bf16 = _mutant("sigmoid_grad_in_bf16", SigmoidGate.of(SigmoidGradInBf16), "a sigmoid gate "
+                               "whose derivative s (1 - s) is formed in bf16", sigmoid=True)
 fused_declared_chain = _mutant("fused_declared_chain", GatedRMSNorm, "no intermediate rounding, but declares chain",
                                points=frozenset())
 chain_declared_fused = _mutant("chain_declared_fused", GatedRMSNorm, "rounds between the ops, but declares fused",
@@ -258,10 +271,10 @@ class _VllmNativeFp32(Mutant):
     Modelled from the PR's description: its diff could not be read here."""
 
     def forward(self, x, gate):
-        silu = self.silu(gate)
+        a = self.act(gate)
         if not self.norm_before_gate:
-            return self.norm(x.float() * silu)
-        return self.norm(x.float()) * silu
+            return self.norm(x.float() * a)
+        return self.norm(x.float()) * a
 
 
 class _MambaSimpleOneGroup(Mutant):

@@ -73,7 +73,8 @@ def _within_row_budget(flat: list[int], hidden: int, group: int, row_elements: i
     """The undecided elements of as many rows (or groups) as the budget allows, those already
     computed first; one new one is always taken, even past the budget.
 
-    Cost model (references.mp, in exps). Where a group reduction needs every element's silu (dx's
+    Cost model (references.mp, in exps; the same for both gate activations, whose closed forms take
+    the same sigmoids). Where a group reduction needs every element's activation (dx's
     projection; every output gate first), the unit is a group: a fresh one costs `group` exps, one
     already evaluated whole (mp.whole_groups) nothing — a row cached for a few elements of another
     output is not free (an fp32 2048x4096 case had spent 22.7 s certifying dx on the rows y and

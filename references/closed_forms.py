@@ -4,17 +4,20 @@ The operation is a chain of two ops over the last dimension (SPEC §1):
 
     norm op   N(u) = uhat * g,  uhat = u * r,  r = (mean_G(u^2) + eps)^(-1/2) per group of G channels,
               g = weight (+ 1 when zero-centred)
-    gate op   S(u) = u * silu(t),  silu(t) = t s,  s = sigmoid(t)
+    gate op   S(u) = u * a(t),  a the gate activation (Op.activation): silu(t) = t s (the default)
+              or sigmoid(t) = s,  s = sigmoid(t)
 
     norm first (norm_before_gate):  n = N(x),  y = S(n)            (TransformerEngine, Qwen3-Next)
     gate first:                     h = S(x),  y = N(h)            (Mamba-2)
 
 and the backward of each op, for an upstream gradient d of its output:
 
-    S:  du = d * silu(t),                 dt = d * u * silu'(t),  silu'(t) = s (1 + t (1 - s))
+    S:  du = d * a(t),                    dt = d * u * a'(t),  silu'(t) = s (1 + t (1 - s)),
+                                                               sigmoid'(t) = s (1 - s)
     N:  duhat = d * g,  du = r (duhat - uhat * mean_G(duhat * uhat)),  dweight = sum_tokens d * uhat
 
-(1 - s is taken as sigmoid(-t), which keeps its relative accuracy for large t.)
+(1 - s is taken as sigmoid(-t), which keeps its relative accuracy for large t.) Each activation's
+pair (a, a') is one function of `ACTIVATION_TERMS`: the only place the activations differ.
 
 Every reference path evaluates these same functions, each with its own arithmetic `A` (the LLVM
 MPFRWrapper idea: one formula, one dispatcher per operation):
@@ -55,6 +58,7 @@ class Op:
     zero_centered_gamma: bool
     group_size: int                  # G: channels per group of the mean of squares (hidden % G == 0)
     norm_before_gate: bool = True
+    activation: str = "silu"         # the gate's function: one of ACTIVATIONS ("silu", "sigmoid")
 
 
 def gamma(w, op: Op):
@@ -68,16 +72,31 @@ def silu_terms(t, A):
     return t * s, s * (1 + t * A.sigmoid(-t))
 
 
-def gate_forward(u, t, A):
-    silu, _ = silu_terms(t, A)
-    return A.at("gate.out", u * silu, u=u, t=t)
+def sigmoid_terms(t, A):
+    """sigmoid(t) and sigmoid'(t) = s (1 - s) = sigmoid(t) sigmoid(-t)."""
+    s = A.sigmoid(t)
+    return s, s * A.sigmoid(-t)
 
 
-def gate_backward(d, u, t, A):
-    """(du, dt) of S(u) = u silu(t) for the upstream gradient d."""
-    silu, dsilu = silu_terms(t, A)
-    du = A.at("gate.dinput", d * silu, u=d, t=t)
-    dt = A.at("gate.dgate", d * u * dsilu, d=d, u=u, t=t)
+ACTIVATION_TERMS = {"silu": silu_terms, "sigmoid": sigmoid_terms}
+ACTIVATIONS = tuple(ACTIVATION_TERMS)          # the gate activations, the default first
+
+
+def gate_terms(t, A, activation: str = "silu"):
+    """(a(t), a'(t)) of the gate activation `activation`."""
+    return ACTIVATION_TERMS[activation](t, A)
+
+
+def gate_forward(u, t, A, activation: str = "silu"):
+    a, _ = gate_terms(t, A, activation)
+    return A.at("gate.out", u * a, u=u, t=t)
+
+
+def gate_backward(d, u, t, A, activation: str = "silu"):
+    """(du, dt) of S(u) = u a(t) for the upstream gradient d."""
+    a, da = gate_terms(t, A, activation)
+    du = A.at("gate.dinput", d * a, u=d, t=t)
+    dt = A.at("gate.dgate", d * u * da, d=d, u=u, t=t)
     return du, dt
 
 
@@ -104,20 +123,20 @@ def norm_backward(d, g, saved, op: Op, A):
 def forward_backward(x, t, w, dy, op: Op, A) -> dict:
     """y, dx, dgate, dweight of the gated norm in op's order, plus the first op's output `mid` and
     its gradient `dmid` (n and dn norm first, h and dh gate first)."""
-    g = gamma(w, op)
+    g, act = gamma(w, op), op.activation
     if op.norm_before_gate:
         n, saved = norm_forward(x, g, op, A)
         n = A.at("mid", n)
-        y = gate_forward(n, t, A)
-        dn, dgate = gate_backward(dy, n, t, A)
+        y = gate_forward(n, t, A, act)
+        dn, dgate = gate_backward(dy, n, t, A, act)
         dn = A.at("dmid", dn)
         dx, dweight = norm_backward(dn, g, saved, op, A)
         return {"y": y, "dx": dx, "dgate": dgate, "dweight": dweight, "mid": n, "dmid": dn}
-    h = A.at("mid", gate_forward(x, t, A))
+    h = A.at("mid", gate_forward(x, t, A, act))
     y, saved = norm_forward(h, g, op, A)
     dh, dweight = norm_backward(dy, g, saved, op, A)
     dh = A.at("dmid", dh)
-    dx, dgate = gate_backward(dh, x, t, A)
+    dx, dgate = gate_backward(dh, x, t, A, act)
     return {"y": y, "dx": dx, "dgate": dgate, "dweight": dweight, "mid": h, "dmid": dh}
 
 

@@ -29,6 +29,7 @@ class Inputs:
     zero_centered_gamma: bool
     group_size: int | None = None
     norm_before_gate: bool = True
+    activation: str = "silu"         # the gate activation (references.closed_forms.ACTIVATIONS)
 
     @property
     def hidden(self) -> int:
@@ -44,7 +45,8 @@ class Inputs:
 
     @property
     def op(self) -> Op:
-        return Op(float(self.eps), bool(self.zero_centered_gamma), self.group, bool(self.norm_before_gate))
+        return Op(float(self.eps), bool(self.zero_centered_gamma), self.group, bool(self.norm_before_gate),
+                  self.activation)
 
     def to(self, device) -> "Inputs":
         return replace(self, x=self.x.to(device), gate=self.gate.to(device), weight=self.weight.to(device),
@@ -159,7 +161,8 @@ def float64_error_bound(inp: Inputs) -> dict[str, float]:
 
     A generous count of float64 operations on each path: the G-term mean of squares, rsqrt,
     sigmoid/exp (a few ulps each), products, and the G- or T-term sums of the backward; the gate-first
-    order adds silu's exp before the norm (+32). Used by certification to decide where float64
+    order adds the activation's exp before the norm (+32). A sigmoid gate has one product fewer than
+    silu on each path: the same bound holds for both activations. Used by certification to decide where float64
     cannot tell the correctly rounded answer."""
     u64 = 2.0 ** -53
     g, t = inp.group, inp.tokens

@@ -2,13 +2,15 @@
 
 Each row (flattened leading index) is evaluated lazily: closed_forms builds its formulas over
 `Lazy` values, and asking for one element computes that element's chain and nothing more — the
-row's mean of squares (an exact integer sum, `sum_of_squares`), one exp per element of y, dn or
-dgate norm first; the group's every element where a group reduction needs them (dx's projection,
-and everything gate first, whose rstd needs each silu). Rows are cached, so the outputs of one case
+row's mean of squares (an exact integer sum, `sum_of_squares`), one exp per element of y or dn and
+two of dgate norm first (sigmoid(t) and sigmoid(-t): the same for either gate activation, silu or
+sigmoid); the group's every element where a group reduction needs them (dx's projection, and
+everything gate first, whose rstd needs each activation). Rows are cached, so the outputs of one case
 share them. Precision is a local `workdps` context: the global mpmath precision never changes."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 import mpmath
@@ -126,7 +128,7 @@ def row(inp: Inputs, index: int) -> dict[str, Lazy]:
     w = _floats(inp.weight)
     g = leaf([v + 1 for v in w] if inp.zero_centered_gamma else w)      # exact: 16/32-bit weights
     x, t, dy = (leaf(_floats(a.reshape(-1, hsz)[index])) for a in (inp.x, inp.gate, inp.dy))
-    op = inp.op.__class__(inp.eps, False, inp.group, inp.norm_before_gate)
+    op = replace(inp.op, zero_centered_gamma=False)                    # g carries the + 1 already
     return forward_backward(x, t, g, dy, op, RowArithmetic(hsz))
 
 
@@ -158,7 +160,7 @@ def cached_rows(cache: dict) -> set[int]:
 
 def whole_groups(cache: dict, dps: int = DEFAULT_DPS) -> set[tuple[int, int]]:
     """(row, group) pairs of `cache` evaluated at every element (mark_whole): what costs nothing
-    more for an output whose group reduction needs every element's silu. A row cached for a few
+    more for an output whose group reduction needs every element's activation. A row cached for a few
     elements of y or dgate still costs the group's exps there; so does another group of a row."""
     return {(key[1], key[2]) for key in cache if key[0] == "whole" and key[3] == dps}
 

@@ -73,6 +73,8 @@ def key_for(inp: Inputs, params: dict) -> str:
         "inputs": [[name, str(getattr(inp, name).dtype), list(getattr(inp, name).shape)]
                    for name in _INPUT_FIELDS],
     }
+    if inp.activation != "silu":        # a later axis: only where it is not the default, so every
+        header["activation"] = inp.activation       # key stored before it is unchanged
     h = hashlib.sha256(_canonical(header).encode())
     for name in _INPUT_FIELDS:
         h.update(_raw_bytes(getattr(inp, name)))

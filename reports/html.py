@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.references.atomic import atomic_write
 from harness.reports import plots
-from harness.reports.realised import least_class, model_fits, verdict_line, within
+from harness.reports.realised import least_class, model_fits, output_label, verdict_line, within
 from harness.reports.schema import STATUSES
 from harness.reports.summary import budget_ratio, gated, normalize, pair_notes, sort_keys, worst_value
 
@@ -101,9 +101,10 @@ def models(d: pd.DataFrame) -> dict:
         if len(f[["model", "math"]].drop_duplicates()) == 1:
             line += " (only one model measured, at one math class; harness identify measures every built-in model at every class)"
         impls.append({"impl": impl, "declared": own, "declared_math": own_math, "line": line})
-        for (dt, out), g in sort_keys(f, ["out_dtype", "output"]).groupby(["out_dtype", "output"], sort=False):
+        for (act, dt, out), g in sort_keys(f, ["out_dtype", "output"]).groupby(["activation", "out_dtype", "output"],
+                                                                                 sort=False):
             cells = [_model_cell(g[g["model"] == name], name == own) for name in names]
-            rows.append({"key": [impl, dt, out], "cells": cells, "within": within(g)})
+            rows.append({"key": [impl, dt, output_label(act, out)], "cells": cells, "within": within(g)})
     return {"names": names, "impls": impls, "rows": rows}
 
 

@@ -15,15 +15,23 @@ RANK = {c.label: k for k, c in enumerate(CLASSES)}
 
 
 def model_fits(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (impl, out_dtype, output, model, math): checks, passed, ok — from the pass/fail rows
-    against model references (errors and skips measure nothing), by the reference's model and math
-    class columns."""
+    """Per (impl, activation, out_dtype, output, model, math): checks, passed, ok — from the
+    pass/fail rows against model references (errors and skips measure nothing), by the reference's
+    model and math class columns. The gate activation is its own key: an implementation of both
+    realises one model only if it fits both."""
     m = df[(df["reference_kind"].astype(str) == "model") & df["status"].isin(["pass", "fail"])]
+    act = m["activation"].astype(object).where(m["activation"].notna() & (m["activation"].astype(str) != ""),
+                                               "silu") if "activation" in m.columns else "silu"
     m = m.assign(model=m["reference_model"].astype(str), math=m["reference_math"].astype(str),
-                 _pass=m["status"] == "pass")
-    fit = m.groupby(["impl", "out_dtype", "output", "model", "math"], sort=False).agg(
+                 activation=act, _pass=m["status"] == "pass")
+    fit = m.groupby(["impl", "activation", "out_dtype", "output", "model", "math"], sort=False).agg(
         checks=("_pass", "size"), passed=("_pass", "sum")).reset_index()
     return fit.assign(ok=fit["checks"] == fit["passed"])
+
+
+def output_label(activation: str, output: str) -> str:
+    """An output as identify and the report name it: `y`, or `y (sigmoid)` for another activation."""
+    return output if activation == "silu" else f"{output} ({activation})"
 
 
 def least_class(labels) -> str:
@@ -37,8 +45,8 @@ def realised(fit: pd.DataFrame) -> tuple[list[str], str, list[str]]:
     fits."""
     whole = fit.groupby(["model", "math"], sort=True)["ok"].all()
     whole = whole[whole]
-    per = fit.groupby(["out_dtype", "output"], sort=False)["ok"].any()
-    none = [f"{dt} {out}" for (dt, out), ok in per.items() if not ok]
+    per = fit.groupby(["activation", "out_dtype", "output"], sort=False)["ok"].any()
+    none = [f"{dt} {output_label(act, out)}" for (act, dt, out), ok in per.items() if not ok]
     if whole.empty:
         return [], "", none
     best = least_class({mc for _, mc in whole.index})

@@ -15,7 +15,7 @@ _SPEC = (
     "case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
     "zero_centered_gamma", "eps", "gate_dist", "output", "reference", "max_ulp", "mean_ulp",
     "max_abs_err", "max_rel_err", "max_scaled_err", "budget_metric", "budget", "status",
-    "group_size", "norm_before_gate", "math", "fail_kind",
+    "group_size", "norm_before_gate", "activation", "math", "fail_kind",
 )
 _CASE = ("label", "regime", "act_dtype", "out_dtype", "hidden", "tokens", "x_dist", "gamma_dist", "dy_dist",
          "seed")
@@ -33,7 +33,7 @@ STATUSES = ("pass", "fail", "error", "skip")
 TEXT_COLUMNS = ("case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
                 "gate_dist", "output", "reference", "budget_metric", "status", "label", "regime", "act_dtype",
                 "out_dtype", "x_dist", "gamma_dist", "dy_dist", "worst_index", "worst_inputs", "budget_source",
-                "reason", "replay", "suite", "harness_version", "math", "fail_kind", "reference_kind",
+                "reason", "replay", "suite", "harness_version", "math", "activation", "fail_kind", "reference_kind",
                 "reference_model", "reference_math", "impl_spec", "impl_hash", "differing_index", "repeat_error",
                 "inputs_modified", "notes")
 INT_COLUMNS = ("cr_mismatch", "certified", "uncertified", "count_over", "n_elements", "hidden", "tokens", "seed",

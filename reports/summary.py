@@ -1,5 +1,5 @@
-"""summary.csv and the terminal table: one row per implementation x output dtype x output x
-reference x regime, reduced from the tidy results.csv rows with vectorised pandas. The normal and
+"""summary.csv and the terminal table: one row per implementation x gate activation x output dtype x
+output x reference x regime, reduced from the tidy results.csv rows with vectorised pandas. The normal and
 extreme regimes are separate groups, so an extreme row's reported-only budget (inf) never sits next
 to a normal row's failure; `metric` names the gated metric and `worst` its worst value."""
 from __future__ import annotations
@@ -10,15 +10,15 @@ import pandas as pd
 from harness.references.metrics import registry
 from harness.reports.schema import columns
 
-KEYS = ["impl", "out_dtype", "output", "reference", "regime"]
+KEYS = ["impl", "activation", "out_dtype", "output", "reference", "regime"]
 SUMMARY_COLUMNS = KEYS + ["checks", "fail", "error", "skip", "metric", "worst", "budget", "margin",
                           "max_ulp", "max_scaled_err"]
 # Display orders; values not listed sort after these, alphabetically.
-ORDER = {"out_dtype": ["fp32", "bf16", "fp16"], "output": ["y", "dx", "dgate", "dweight"],
+ORDER = {"activation": ["silu", "sigmoid"], "out_dtype": ["fp32", "bf16", "fp16"], "output": ["y", "dx", "dgate", "dweight"],
          "reference": ["exact"], "regime": ["normal", "extreme"]}
 TEXT = ("case_id", "impl", "output", "reference", "regime", "status", "budget_metric", "out_dtype", "label",
-        "reason", "replay", "rounding", "dtype", "math", "fail_kind", "reference_kind", "reference_model",
-        "reference_math")
+        "reason", "replay", "rounding", "dtype", "math", "activation", "fail_kind", "reference_kind",
+        "reference_model", "reference_math")
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:
@@ -37,6 +37,7 @@ def normalize(df: pd.DataFrame) -> pd.DataFrame:
         elif c in text:
             d[c] = d[c].astype(object).where(d[c].notna(), "").astype(str)
     d.loc[d["status"] == "", "status"] = "error"
+    d.loc[d["activation"] == "", "activation"] = "silu"        # rows written before the activation axis
     unmeasured = d["status"].isin(["error", "skip"]).to_numpy()
     d.loc[unmeasured, [m.column for m in registry().values()]] = np.nan
     return d
@@ -136,5 +137,7 @@ def summary_table(df: pd.DataFrame) -> str:
     s = summarize(df)
     shown = ["impl", "out_dtype", "output", "reference", "regime", "checks", "fail", "error", "skip",
              "metric", "worst", "budget"]
+    if set(s["activation"]) != {"silu"}:               # a sigmoid gate ran: its rows are its own groups
+        shown.insert(1, "activation")
     return s[shown].to_string(index=False, float_format=lambda v: f"{v:.3g}") + \
         "\n(worst: the largest value of the gated metric; a check fails above its budget)"

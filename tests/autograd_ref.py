@@ -1,4 +1,5 @@
-"""An independent float64 autograd version of the gated norm (both orders, groups): tests check the
+"""An independent float64 autograd version of the gated norm (both orders, groups, both gate
+activations — torch's own silu and sigmoid and their autograd derivatives): tests check the
 closed forms (references.closed_forms) against it, so the backward formulas are never only checked
 against themselves."""
 from __future__ import annotations
@@ -18,7 +19,7 @@ def autograd_outputs(inp) -> dict[str, torch.Tensor]:
         v = v * torch.rsqrt((v * v).mean(-1, keepdim=True) + inp.eps)
         return v.reshape(u.shape) * g
 
-    silu = torch.nn.functional.silu
-    y = silu(t) * norm(x) if inp.norm_before_gate else norm(x * silu(t))
+    act = {"silu": torch.nn.functional.silu, "sigmoid": torch.sigmoid}[inp.activation]
+    y = act(t) * norm(x) if inp.norm_before_gate else norm(x * act(t))
     y.backward(inp.dy.to(torch.float64))
     return {"y": y.detach(), "dx": x.grad, "dgate": t.grad, "dweight": w.grad}

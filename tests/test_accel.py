@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -44,10 +46,10 @@ def within_bound(got: tuple, inp: Inputs, factor: float = 2.0) -> float:
     return worst
 
 
-@pytest.mark.parametrize("group,nbg", [(None, True), (8, False)])
-def test_inductor_pass_compiles_the_closed_forms(group, nbg):
+@pytest.mark.parametrize("group,nbg,activation", [(None, True, "silu"), (8, False, "silu"), (8, False, "sigmoid")])
+def test_inductor_pass_compiles_the_closed_forms(group, nbg, activation):
     base = make_inputs((3, 32), torch.bfloat16, True, seed=7)
-    inp = Inputs(base.x, base.gate, base.weight, base.dy, 1e-5, True, group, nbg)
+    inp = Inputs(base.x, base.gate, base.weight, base.dy, 1e-5, True, group, nbg, activation)
     from harness.references.accel.inductor import exact_outputs_compiled
     within_bound(exact_outputs_compiled(inp), inp)
 
@@ -96,11 +98,15 @@ def test_sigmoid_table_holds_every_bit_pattern():
         assert torch.equal(tab[fin, 0], torch.sigmoid(t[fin])) and torch.equal(tab[fin, 1], torch.sigmoid(-t[fin]))
 
 
-def test_triton_kernel_fits_only_what_it_was_measured_on():
+def test_triton_kernel_fits_only_what_it_was_measured_on(monkeypatch):
     inp = make_inputs((4, 2048), torch.bfloat16, seed=1)
     assert not triton_regs.fits(inp)                           # not on CUDA
     grouped = Inputs(inp.x, inp.gate, inp.weight, inp.dy, 1e-5, False, 256)
     assert not triton_regs.fits(grouped)
+    monkeypatch.setattr(triton_regs, "available", lambda: True)
+    on_cuda = SimpleNamespace(is_cuda=True, shape=inp.x.shape)           # what fits reads of x
+    assert triton_regs.fits(replace(inp, x=on_cuda))             # silu, one group, norm first: the kernel
+    assert not triton_regs.fits(replace(inp, x=on_cuda, activation="sigmoid"))
 
 
 TRITON_CASES = [((5, 1024), torch.bfloat16, False, 1e-5, 0.0), ((3, 4, 1536), torch.float16, True, 1e-6, -3.0),
@@ -137,6 +143,9 @@ def test_auto_backend_runs_the_triton_kernel_where_it_fits(monkeypatch):
     grouped = Inputs(inp.x, inp.gate, inp.weight, inp.dy, 1e-5, False, 128, False)
     assert accel.pass_for(grouped) == "inductor"
     within_bound(accel.exact_outputs(grouped), grouped)
+    sigmoid = Inputs(inp.x, inp.gate, inp.weight, inp.dy, 1e-5, False, activation="sigmoid")
+    assert accel.pass_for(sigmoid) == "inductor"               # the Triton kernel is silu's only
+    within_bound(accel.exact_outputs(sigmoid), sigmoid)
 
 
 # ------------------------------------------------------------------ where the analysis runs

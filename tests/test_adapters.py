@@ -63,6 +63,27 @@ dtype = ["bf16"]
 shape = [[4, 64]]
 eps = [0.3]
 norm_before_gate = [true, false]
+
+[[group]]   # the sigmoid gate: ranks, gamma outliers, zero-centred gamma
+dtype = ["bf16", "fp16"]
+shape = [[4, 64], [2, 2, 2, 32]]
+zero_centered_gamma = [false, true]
+gamma_dist = ["outlier"]
+activation = ["sigmoid"]
+
+[[group]]   # the sigmoid gate: groups in both orders
+dtype = ["bf16"]
+shape = [[8, 64]]
+group_size = [16, "hidden"]
+norm_before_gate = [true, false]
+activation = ["sigmoid"]
+
+[[group]]   # the sigmoid gate with a float32 gate and weight, and in float32
+dtype = ["bf16", "fp32"]
+gate_dtype = ["fp32"]
+weight_dtype = ["fp32"]
+shape = [[16, 96]]
+activation = ["sigmoid"]
 """
 
 
@@ -110,15 +131,21 @@ def test_hf_adapter_passes_its_declared_model(declared, name):
 @pytest.mark.parametrize("name", HF_NAMES)
 def test_hf_adapter_skips_what_the_class_lacks(declared, name):
     rows, c = declared[declared["impl"] == name], BY_NAME[name]
-    zc = rows[rows["zero_centered_gamma"]]
+    zc = rows[rows["zero_centered_gamma"] & (rows["activation"] == "silu")]
     assert len(zc) and (zc["status"] == "skip").all()
     assert zc["reason"].str.contains("no zero-centred gamma").all()
     if c.order == "gate":
-        first = rows[rows["norm_before_gate"] & ~rows["zero_centered_gamma"]]
+        first = rows[rows["norm_before_gate"] & ~rows["zero_centered_gamma"] & (rows["activation"] == "silu")]
         assert len(first) and (first["status"] == "skip").all()
         assert first["reason"].str.contains("gates first only").all()
     ran = rows[rows["status"] != "skip"]
     assert set(ran["norm_before_gate"]) == {"norm": {True}, "gate": {False}, "both": {True, False}}[c.order]
+    assert set(ran["activation"]) == set(c.activations)           # every activation it has, and no other
+    other = rows[~rows["activation"].isin(c.activations) & ~rows["zero_centered_gamma"]]
+    assert (other["status"] == "skip").all() and other.empty == (len(c.activations) == 2)
+    plain = other[other["norm_before_gate"] & (other["group_size"] == other["hidden"])]     # no other variant
+    why = "takes no activation argument" if c.order != "norm" else f"gates with {' / '.join(c.activations)} only"
+    assert plain["reason"].str.contains(why).all() and plain.empty == other.empty, plain["reason"].tolist()
 
 
 OTHER_MODELS = [(c.name, m) for c in hf.CLASSES for m in builtin_models() if m != c.rounding]
@@ -239,8 +266,34 @@ def test_fla_gated_wiring_on_a_standin(small):
     assert impl.name == "fla-gated" and impl.devices == ("cuda",) and impl.rounding.name == "fused"
     impl = dataclasses.replace(impl, devices=("cpu",), spec="")
     rows = harness.verify(impl, cases=small, device="cpu", isolate="inline").frame
+    sigmoid = rows["activation"] == "sigmoid"          # its kernels hard-code silu: no activation argument
+    assert (rows[sigmoid]["status"] == "skip").all() and rows[sigmoid]["reason"].str.contains("activation").all()
+    rows = rows[~sigmoid]
     assert (rows["status"] == "pass").all(), rows[rows["status"] != "pass"][["case_id", "output", "reason"]]
     assert set(rows["norm_before_gate"]) == {True, False} and rows["zero_centered_gamma"].any()
+
+
+def standin_rms_norm_gated(x, g, weight, bias, activation="swish", eps=1e-6):
+    """fla's rms_norm_gated with its activation names ("swish", "silu", "sigmoid"), fused, in float32."""
+    assert bias is None
+    act = {"swish": F.silu, "silu": F.silu, "sigmoid": torch.sigmoid}[activation]
+    xf = x.float()
+    h = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+    return (h * act(g.float())).to(x.dtype)
+
+
+def test_fla_fused_passes_the_case_activation(monkeypatch, small):
+    """`fla` hands the case's activation to rms_norm_gated in fla's names: a stand-in with fla's
+    signature passes silu and sigmoid cases alike (groups and gate first skip by signature)."""
+    monkeypatch.setattr(fla_adapter, "_import_first", lambda *m, names: (
+        (standin_rms_norm_gated,) if names == ("rms_norm_gated",) else (StandIn, standin_fn), None))
+    impl = {i.name: i for i in fla_adapter.implementations()}["fla"]
+    impl = dataclasses.replace(impl, devices=("cpu",), spec="")
+    assert "activation" in impl.variants
+    rows = harness.verify(impl, cases=small, device="cpu", isolate="inline").frame
+    ran = rows[rows["status"] != "skip"]
+    assert (ran["status"] == "pass").all(), ran[ran["status"] != "pass"][["case_id", "output", "reason"]]
+    assert set(ran["activation"]) == {"silu", "sigmoid"} and set(ran["norm_before_gate"]) == {True}
 
 
 def test_fla_factories_keep_their_own_kernels(monkeypatch):
@@ -263,3 +316,22 @@ def test_fla_factories_keep_their_own_kernels(monkeypatch):
     assert m.fn is rms_norm_gated
     g = found["fla-gated"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
     assert isinstance(g.inner, StandIn)
+
+
+def _fla_importable() -> bool:
+    try:
+        import fla.modules.norm.fused_norm_gate  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and _fla_importable()), reason="needs CUDA and fla-core")
+def test_fla_sigmoid_gate_on_cuda(small):
+    """fla's FusedRMSNormGated with activation="sigmoid" (its KDA / GDN2 / Comba layers) passes its
+    declared model on the sigmoid cases where the gate has x's dtype (with a float32 gate its dgate
+    comes back in x's dtype: fla's known finding, reported as fail rows)."""
+    rows = harness.verify("fla", cases=small, device="cuda").frame
+    sig = rows[(rows["activation"] == "sigmoid") & (rows["status"] != "skip")]
+    same = sig[sig["gate_dtype"] == sig["dtype"]]
+    assert len(same) and (same["status"] == "pass").all(), same[same["status"] != "pass"][["case_id", "output", "reason"]]

@@ -78,6 +78,7 @@ def test_an_invalid_case_is_a_bug_of_whoever_builds_it():
     ({"zero_centered_gamma": 1}, "zero_centered_gamma: 1 is not true/false"),
     ({"x_dist": "gaussian"}, "x_dist: 'gaussian' is not one of standard"),
     ({"dy_dist": "zeros"}, "dy_dist: 'zeros' is not one of normal, ones, positive"),
+    ({"activation": "swish"}, "activation: 'swish' is not one of silu, sigmoid"),
     ({"seed": -3}, "seed: -3 is not a non-negative integer"),
     ({"flavour": "x"}, "flavour: unknown parameter"),
     ({"dtype": None}, "dtype: None is not one of"),

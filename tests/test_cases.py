@@ -274,6 +274,8 @@ def test_variant_axes_expand_and_drop_what_does_not_divide():
     ('[[case]]\ndtype = "bf16"\nshape = [4, 32]\ngroup_size = 0\n', ["group_size", "positive"]),
     ('[[case]]\ndtype = "bf16"\nshape = [4, 32]\nnorm_before_gate = "no"\n', ["norm_before_gate", "true/false"]),
     ('[[case]]\ndtype = "bf16"\nshape = [4, 32]\ndy_dist = "zeros"\n', ["dy_dist", "zeros"]),
+    ('[[case]]\ndtype = "bf16"\nshape = [4, 32]\nactivation = "tanh"\n', ["activation", "tanh", "silu, sigmoid"]),
+    ('[[group]]\ndtype = ["bf16"]\nshape = [[4, 32]]\nactivation = ["swish"]\n', ["activation", "swish"]),
     ('[[group]]\ndtype = ["bf16"]\nshape = [[4, 32]]\ngroup_size = [5]\n', ["no valid case"]),
 ])
 def test_variant_rejections(text, needles):
@@ -292,6 +294,24 @@ def test_default_variants_keep_the_case_ids_of_before():
     assert make_case(shape=(4, 32), group_size=32) == make_case(shape=(4, 32))    # G = hidden: one spelling
     assert "G=8" in grouped.label and "gate-first" in make_case(norm_before_gate=False).label
     assert "dy:ones" in make_case(dy_dist="ones").label
+    sig = make_case(shape=(4, 32), activation="sigmoid")
+    assert sig.case_id != make_case(shape=(4, 32)).case_id and sig.params()["activation"] == "sigmoid"
+    assert "sigmoid" in sig.label and "sigmoid" not in make_case(shape=(4, 32)).label
+    assert make_case(shape=(4, 32), activation="silu").params() == make_case(shape=(4, 32)).params()
+
+
+def test_the_activation_axis_reaches_inputs_and_suites():
+    s = parse_suite('[[group]]\ndtype = ["bf16"]\nshape = [[4, 32]]\nactivation = ["silu", "sigmoid"]\n', P)
+    assert [c.activation for c in s.cases] == ["silu", "sigmoid"]
+    inp = generate(s.cases[1])
+    assert inp.activation == "sigmoid" and inp.op.activation == "sigmoid"
+    assert generate(s.cases[0]).op.activation == "silu"
+    assert {c.activation for c in load_suite("quick").cases} == {"silu", "sigmoid"}
+    full = load_suite("full").cases
+    sig = [c for c in full if c.activation == "sigmoid"]
+    assert {c.norm_before_gate for c in sig} == {True, False} and len({c.group for c in sig}) > 2
+    assert {c.dtype for c in sig} == {"bf16", "fp16", "fp32"} and any(c.gate_dtype != c.dtype for c in sig)
+    assert {c.gate_dist for c in sig} == {"normal", "negative", "saturating", "underflow", "large_positive", "tiny"}
 
 
 @pytest.mark.parametrize("dist", ["normal", "ones", "positive"])
@@ -325,3 +345,20 @@ def test_strategy_cases_are_valid():
         parse_suite(c.to_toml(), P)
 
     check()
+
+
+def test_strategies_draw_the_activations_asked_for():
+    from hypothesis import given, settings
+
+    from harness.cases.strategies import cases
+    seen = set()
+
+    @settings(max_examples=40, deadline=None, database=None)
+    @given(cases(), cases(activations=("sigmoid",)))
+    def check(c, sig):
+        seen.add(c.activation)
+        assert sig.activation == "sigmoid"
+        assert parse_suite(sig.to_toml(), P).cases[0] == sig            # the printed entry reproduces it
+
+    check()
+    assert seen == {"silu", "sigmoid"}

@@ -64,7 +64,15 @@ class _Canonical(Float64):
         return Gauged(s, s)
 
 
-def _expected(dtype, impl, xr, gr, dy):
+def _regime_masks(gs, activation, fmt):
+    """The regimes as the docs state them: extreme below -87; a sigmoid gate's dgate saturated
+    where 2 SIGMOID32 u32 / sigmoid(-t) passes half a u of the format."""
+    extreme = gs.float() < -87.0
+    sat = (8 * 2.0 ** -24 / torch.sigmoid(-gs.double()) > fmt.u) if activation == "sigmoid" else torch.zeros_like(extreme)
+    return {"normal": ~extreme & ~sat, "extreme": extreme, "saturated": sat}
+
+
+def _expected(dtype, impl, xr, gr, dy, activation="silu"):
     """Per (output, regime): compare's Comparison over the grid, the golden values (float64's
     rounding, mpmath where undecided), the undecided count and the grid's bits."""
     fmt = fmt_of(dtype)
@@ -72,11 +80,10 @@ def _expected(dtype, impl, xr, gr, dy):
     gs, gb = _vals(*gr, fmt.dtype)
     dy_t = torch.tensor(dy, dtype=torch.float64).to(fmt.dtype)
     fn = E.IMPLS[impl][1]
-    y, dn, dgate = fn(xs, gs, dy_t)
+    y, dn, dgate = fn(xs, gs, dy_t, activation=activation)
     A = _Canonical()
     out = {}
-    for regime in ("normal", "extreme"):
-        sel = (gs.float() < -87.0) if regime == "extreme" else (gs.float() >= -87.0)
+    for regime, sel in _regime_masks(gs, activation, fmt).items():
         if not bool(sel.any()):
             continue
         g64 = gs[sel].double()
@@ -87,9 +94,9 @@ def _expected(dtype, impl, xr, gr, dy):
             tg = _Bits(T, T.abs(), gb[sel][None, :].expand(rows.numel(), -1))
             G = lambda a: Gauged(a, a.abs())                       # noqa: E731
             if o == "y":
-                ref = gate_forward(G(X), tg, A)
+                ref = gate_forward(G(X), tg, A, activation)
             else:
-                du, dt = gate_backward(G(torch.full_like(X, float(dy_t))), G(X), tg, A)
+                du, dt = gate_backward(G(torch.full_like(X, float(dy_t))), G(X), tg, A, activation)
                 ref = du if o == "dn" else dt
             c = {"y": y, "dgate": dgate, "dn": dn[None, :]}[o][:, sel]
             budget = E.budget_for(o, regime, fmt)
@@ -97,7 +104,7 @@ def _expected(dtype, impl, xr, gr, dy):
             golden = round_to(ref.v, fmt)
             und = undecided(ref.v, F64_BOUND[o] * ref.g, fmt)
             if bool(und.any()):
-                gold = EC._mp_golden(o, X[und].tolist(), T[und].tolist(), float(dy_t), fmt)
+                gold = EC._mp_golden(o, X[und].tolist(), T[und].tolist(), float(dy_t), fmt, activation)
                 golden[und] = torch.tensor(gold, dtype=torch.float64)
             out[(o, regime)] = dict(cmp=cmp, golden=golden, c=c.double(), und=int(und.sum()),
                                     weight=xs.numel() if o == "dn" else 1, xb=xb[:rows.numel()], gb=gb[sel])
@@ -143,18 +150,28 @@ RANGES = [
     ("bf16", "silugate-eager", (0x3f80, 0x4000), (0xc000, 0xc100), 1.0, 1 << 15),    # 32 blocks a tile: block maxima
     ("bf16", "silugate-eager", (0x3f80, 0x4000), (0x0000, 0x0100), 1.0, 1 << 14),    # ... tied maxima (0.5, 0)
     ("bf16", "silugate-silu-lowp", (0x3f80, 0x3fa0), (0x3f00, 0x4000), -1.375, 1 << 13),
+    # the sigmoid gate: tiny gates (closed-form goldens), both sides of -87, large gates into the
+    # saturated regime (dgate reported), and the mutant
+    ("bf16", "silugate-eager", (0x3f80, 0x3f90), (0x0000, 0x0100), 1.0, 1 << 11, "sigmoid"),
+    ("fp16", "silugate-eager", (0x3c00, 0x3c20), (0xd560, 0xd590), -1.375, 300, "sigmoid"),
+    ("bf16", "silugate-eager", (0x3f80, 0x3f90), (0x4100, 0x4300), 0.75, 1 << 12, "sigmoid"),
+    ("bf16", "silugate-silu-lowp", (0x3f80, 0x3fa0), (0x3f00, 0x4000), -1.375, 1 << 13, "sigmoid"),
 ]
 
 
-@pytest.mark.parametrize("case", RANGES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2][0]:x}-{c[3][0]:x}")
+@pytest.mark.parametrize("case", RANGES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2][0]:x}-{c[3][0]:x}-{c[6:] or 'silu'}")
 def test_tile_statistics_equal_compare(case):
-    dtype, impl, xr, gr, dy, chunk = case
-    res = E.run_exhaustive(dtype, impl, "cpu", xr, gr, dy, chunk)
+    dtype, impl, xr, gr, dy, chunk, *act = case
+    activation = act[0] if act else "silu"
+    res = E.run_exhaustive(dtype, impl, "cpu", xr, gr, dy, chunk, activation=activation)
     assert res.perf["tiles"] >= 1 and res.perf["backend"] == "eager"
-    exp = _expected(dtype, impl, xr, gr, dy)
+    exp = _expected(dtype, impl, xr, gr, dy, activation)
+    if activation == "sigmoid" and gr[0] == 0x4100:        # large gates: dgate saturates, reported
+        assert exp[("dgate", "saturated")]["cmp"].reduced.maxima["scaled"] > 1
+        assert ("dgate", "normal") in exp and E.budget_for("dgate", "saturated", fmt_of(dtype)) == math.inf
     _check_against_compare(res, exp)
-    if gr[0] == 0:                                         # tiny gates: ties float64 cannot decide
-        assert exp[("y", "normal")]["und"] > 0
+    if gr[0] == 0 and activation == "silu":                # tiny gates: ties float64 cannot decide
+        assert exp[("y", "normal")]["und"] > 0             # (x t / 2: a sigmoid's x / 2 is exact)
     assert any(r["status"] == "fail" for r in E.rows(res)) == (impl != "silugate-eager" or xr[0] == 0x7d00)
 
 
@@ -175,12 +192,14 @@ from harness.exhaustive import stats as S, metrics as M
 from harness.exhaustive.enumerate import gate_table
 from harness.references.formats import fmt_of
 dev = '{dev}'
-for dt, xr, gr, dy, ch in [('bf16', (0x3f80, 0x3f84), (0xc2a0, 0xc400), 1.0, 1 << 12),
-                           ('bf16', (0x7d00, 0x7d10), (0x4180, 0x4220), 1.0, 1 << 12),
-                           ('bf16', (0x0000, 0x0008), (0x0000, 0x0100), 0.75, 1 << 12),
-                           ('fp16', (0x0400, 0x0420), (0xbd1c, 0xbd20), 0.75, 1 << 12)]:
-    a = E.run_exhaustive(dt, E.DEFAULT, dev, xr, gr, dy, ch, backend='eager')
-    b = E.run_exhaustive(dt, E.DEFAULT, dev, xr, gr, dy, ch, backend='triton')
+for dt, xr, gr, dy, ch, act in [('bf16', (0x3f80, 0x3f84), (0xc2a0, 0xc400), 1.0, 1 << 12, 'silu'),
+                                ('bf16', (0x7d00, 0x7d10), (0x4180, 0x4220), 1.0, 1 << 12, 'silu'),
+                                ('bf16', (0x0000, 0x0008), (0x0000, 0x0100), 0.75, 1 << 12, 'silu'),
+                                ('fp16', (0x0400, 0x0420), (0xbd1c, 0xbd20), 0.75, 1 << 12, 'silu'),
+                                ('bf16', (0x3f80, 0x3f84), (0x4100, 0x4300), 1.0, 1 << 12, 'sigmoid'),
+                                ('fp16', (0x3c00, 0x3c20), (0xd560, 0xd590), -1.375, 1 << 12, 'sigmoid')]:
+    a = E.run_exhaustive(dt, E.DEFAULT, dev, xr, gr, dy, ch, backend='eager', activation=act)
+    b = E.run_exhaustive(dt, E.DEFAULT, dev, xr, gr, dy, ch, backend='triton', activation=act)
     assert b.perf['backend'] == 'triton'
     for k in a.acc:                                  # sums: the same terms, summed in another order
         da, db = a.acc[k].to_dict(), b.acc[k].to_dict()
@@ -313,15 +332,16 @@ def test_bench_uses_the_cli_defaults(tmp_path):
     assert args.chunk is None and args.device == "auto" and args.impl == E.DEFAULT
 
 
-def test_fast_path_bit_identical_to_autograd():
+@pytest.mark.parametrize("activation", ["silu", "sigmoid"])
+def test_fast_path_bit_identical_to_autograd(activation):
     for dt, xr, gr in ((torch.bfloat16, (0x3f80, 0x3fa0), (0xbf00, 0xc300)),
                        (torch.bfloat16, (0x0000, 0x0040), (0x4000, 0x4400)),   # subnormal x
                        (torch.float16, (0x3c00, 0x3c20), (0xbc00, 0xc400))):
         xs, gs = E.finite_values(*xr, dt, "cpu"), E.finite_values(*gr, dt, "cpu")
         dy = torch.tensor(-1.375, dtype=dt)
-        y, dn, dgate = E.torch_fast(xs, gs, dy)
+        y, dn, dgate = E.torch_fast(xs, gs, dy, activation)
         ya, dxa, dga = E.torch_autograd(xs[:, None].expand(-1, len(gs)).contiguous(),
-                                        gs[None, :].expand(len(xs), -1).contiguous(), dy)
+                                        gs[None, :].expand(len(xs), -1).contiguous(), dy, activation)
         assert torch.equal(E.bits_of(y), E.bits_of(ya)) and torch.equal(E.bits_of(dgate), E.bits_of(dga))
         assert torch.equal(E.bits_of(dn.expand_as(dxa)), E.bits_of(dxa))   # x.grad does not depend on x
 
@@ -360,6 +380,32 @@ def test_closed_form_agrees_with_mpmath():
     assert not ok.any()                                           # neither tiny nor large: mpmath
 
 
+def test_sigmoid_closed_form_agrees_with_mpmath():
+    """A sigmoid gate's closed forms (tiny gates: y, dn, dgate; large gates: y, dn) give mpmath's
+    correctly rounded values — also where 50 digits cannot (dgate's delta -th^2 is ~t^2); its
+    large-gate dgate (dy x m (1 - m), no exact P) is left to mpmath."""
+    g = torch.tensor([2.0 ** -60, -2.0 ** -100, 3 * 2.0 ** -125, -2.0 ** -133, 2.0 ** -31, 26.0, 27.5, 31.0]).double()
+    x = torch.tensor([1.0078125, -3.0, 2.0 ** -130, 1.5, 1.0 + 2 ** -7, 1.0234375, -1.0078125, 1.5]).double()
+    import mpmath
+
+    from harness.references.mp import round_mpf
+    s, m = torch.sigmoid(g), torch.sigmoid(-g)
+    for output, dy in (("y", 1.0), ("dn", 0.75), ("dgate", 0.75)):
+        v = {"y": x * s, "dn": dy * s + 0 * x, "dgate": dy * x * s * m}[output]
+        ok, gold = E.closed_form_golden(output, x, g, dy, v, BF16, "sigmoid")
+        assert ok.tolist() == [True] * 5 + [output != "dgate"] * 3, output
+        want = []
+        with mpmath.workdps(300):                   # sigmoid' = (1 - th^2) / 4 at t ~ 2^-124: th^2 ~ 2^-250
+            for xi, ti in zip(x.tolist(), g.tolist()):
+                si, mi = 1 / (1 + mpmath.exp(-mpmath.mpf(ti))), 1 / (1 + mpmath.exp(mpmath.mpf(ti)))
+                f = {"y": mpmath.mpf(xi) * si, "dn": mpmath.mpf(dy) * si, "dgate": mpmath.mpf(dy) * xi * si * mi}
+                want.append(round_mpf(f[output], BF16))
+        assert gold[ok].tolist() == [w for w, k in zip(want, ok.tolist()) if k], output
+        mp50 = EC._mp_golden(output, x.tolist(), g.tolist(), dy, BF16, "sigmoid")
+        wrong = {2} if output == "dgate" else set()   # 50 digits see 1.5 min_subnormal (1 - 2^-250) as a tie
+        assert [i for i, (a, b) in enumerate(zip(mp50, want)) if a != b] == sorted(wrong), output
+
+
 def test_large_gate_ties_decided_without_mpmath(monkeypatch):
     """Gates 128..192: sigmoid(t) rounds to 1 in float64 and x*t can be an exact bf16 tie; the exact
     value lies just below it (y) or above (dgate): decided in closed form (50-digit mpmath would
@@ -386,7 +432,7 @@ def test_certification_goes_to_mpmath_and_counts(monkeypatch):
                 E.metrics.consts("y", "normal", BF16))
     for answer, mismatch in ((1.0, 0), (1 + 2 ** -7, 1)):
         seen, acc = [], Acc()
-        monkeypatch.setattr(EC, "_mp_golden", lambda o, x, g, dy, fmt: seen.append(g) or [answer] * len(g))
+        monkeypatch.setattr(EC, "_mp_golden", lambda o, x, g, dy, fmt, act="silu": seen.append(g) or [answer] * len(g))
         EC.certify_tile(tile, torch.ones(1, 2, dtype=torch.bool), 1.0, BF16, acc, {})
         assert seen == [[1.0]] and (acc.flagged, acc.certified, acc.mismatch) == (1, 1, mismatch)
 

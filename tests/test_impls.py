@@ -1,6 +1,7 @@
 """Implementations: plug-in loading, entry points, execution checks, the TE adapter, built-ins."""
 from __future__ import annotations
 
+import importlib
 import itertools
 import textwrap
 import types
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+
+import harness
 from torch import nn
 
 from harness.cases.case import Case
@@ -16,7 +19,7 @@ from tests.conftest import make_case, pair_rows
 from harness.analysis.check import rows
 from harness.references.errors import UsageError
 from harness.impls import registry, te_adapter
-from harness.impls.base import Implementation
+from harness.impls.base import Implementation, from_factory
 from harness.pipeline.settings import Settings
 from harness.references.exact import OUTPUTS
 
@@ -448,7 +451,7 @@ def test_variant_kwargs_only_where_needed_and_skips(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, VARIANT_BODY)
     plain, grouped, picky, declines = (registry.resolve(f"{n}={mod}:{n}") for n in ("plain", "grouped", "picky", "declines"))
     assert plain.variants == frozenset() and grouped.variants == {"group_size"}
-    assert picky.variants == {"group_size", "norm_before_gate"}
+    assert picky.variants == {"group_size", "norm_before_gate", "activation"}
     base, g8, first = make_case(shape=(4, 32)), make_case(shape=(4, 32), group_size=8), \
         make_case(shape=(4, 32), norm_before_gate=False)
     assert {r["status"] for r in rows_for(plain, base)} == {"pass"}                 # no variant kwargs passed
@@ -462,3 +465,77 @@ def test_variant_kwargs_only_where_needed_and_skips(tmp_path, monkeypatch):
     dec = rows_for(declines, base)
     assert {r["status"] for r in dec} == {"skip"} and dec[0]["reason"] == "hidden sizes above 16 only"
     assert len(dec) == 8 and all(r["replay"] for r in dec)
+
+
+# ---------------------------------------------------------------- a sigmoid-gated plug-in
+
+SIGMOID_BODY = """
+import torch
+from torch import nn
+
+
+class SigmoidGatedNorm(nn.Module):
+    '''A third party's sigmoid-gated RMSNorm (norm first, one group), rounding where `points` say.'''
+    def __init__(self, hidden_size, eps, dtype, device, points):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype, device=device))
+        self.eps, self.points = eps, points
+
+    def forward(self, x, gate):
+        act = x.dtype
+        xf = x.float()
+        xhat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        n = self.weight * xhat.to(act) if "xhat" in self.points else xhat * self.weight.float()
+        if "mid" in self.points:
+            n = n.to(act)
+        return (n.float() * torch.sigmoid(gate.float())).to(act)
+
+
+def _make(points, rounding):
+    def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device, activation="silu"):
+        return SigmoidGatedNorm(hidden_size, eps, dtype, device, points)
+    factory.rounding = rounding
+    factory.supports = lambda case: (None if case.activation == "sigmoid" and not case.zero_centered_gamma
+                                     else "sigmoid gate, no zero-centred gamma")
+    return factory
+
+
+chain = _make({"mid"}, "chain")
+fused = _make(set(), "fused")
+xhat = _make({"xhat"}, "xhat")
+mid_and_xhat = _make({"mid", "xhat"}, ("mid", "xhat"))
+"""
+
+SIGMOID_SUITE = """
+name = "sigmoid-plugin"
+[[group]]
+dtype = ["bf16", "fp16", "fp32"]
+shape = [[8, 64], [2, 3, 40]]
+activation = ["sigmoid"]
+gate_dist = ["normal", "large_positive", "saturating"]
+[[group]]
+dtype = ["bf16"]
+gate_dtype = ["fp32"]
+weight_dtype = ["fp32"]
+shape = [[16, 64]]
+activation = ["sigmoid", "silu"]
+"""
+
+
+@pytest.mark.parametrize("name", ["chain", "fused", "xhat", "mid_and_xhat"])
+def test_a_sigmoid_plugin_of_any_model_needs_no_other_code(tmp_path, monkeypatch, name):
+    """A plug-in whose factory takes `activation` gets the sigmoid cases as activation="sigmoid" and
+    passes its declared model (a built-in one or a set of points) with no code but its own; the silu
+    case it declines through `supports` is a skip; declared as another model, it fails."""
+    mod = write_module(tmp_path, monkeypatch, SIGMOID_BODY)
+    suite = tmp_path / "sigmoid.toml"
+    suite.write_text(SIGMOID_SUITE)
+    rows = harness.verify(f"{name}={mod}:{name}", cases=str(suite), device="cpu", isolate="inline").frame
+    sig = rows[rows["activation"] == "sigmoid"]
+    assert len(sig) and (sig["status"] == "pass").all(), sig[sig["status"] != "pass"][["case_id", "output", "reason"]]
+    silu = rows[rows["activation"] == "silu"]
+    assert len(silu) and (silu["status"] == "skip").all()
+    other = "fused" if name != "fused" else "chain"
+    wrong = from_factory("wrong", getattr(importlib.import_module(mod), name), "tests", rounding=other)
+    bad = harness.verify(wrong, cases=str(suite), device="cpu", isolate="inline").frame
+    assert (bad[bad["reference"] == f"model:{other}"]["status"] == "fail").any()

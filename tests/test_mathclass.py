@@ -62,6 +62,35 @@ def test_the_emulated_fast_sigmoid_is_within_the_fast_sigmoid_error():
     assert float(rel.max()) > 50 and float(rel[t.abs() < 1].max()) < 8
 
 
+def test_a_float32_sigmoid_gate_step_is_within_the_accurate_noise():
+    """The accurate class's float32 sigmoid gate step against mpmath, over every gate range of the
+    suites (cases.generate): torch.sigmoid within SIGMOID32 u32 of sigmoid(t) where that is a float32
+    normal (measured: 2.15), a few subnormal quanta below; its product u s within
+    rho_gate; the backward's d u s (1 - s) (aten.sigmoid_backward, what autograd runs) within
+    rho_dgate of its gauge plus the absolute SIGMOID32 u32 s |d u| that `1 - s` carries
+    (noise.dgate_floor) — and that absolute term is needed: past t ~ 17, s (1 - s) is 0."""
+    t = torch.cat([torch.linspace(-88.7, 60, 12001), 3 * torch.randn(4000, generator=torch.Generator().manual_seed(1)),
+                   1e-3 * torch.randn(1000, generator=torch.Generator().manual_seed(2))]).float()
+    u = torch.full_like(t, 1.3125)
+    s = torch.sigmoid(t)
+    with mpmath.workdps(40):
+        sig = [1 / (1 + mpmath.exp(-mpmath.mpf(v))) for v in t.tolist()]
+        exact = torch.tensor([float(v) for v in sig], dtype=torch.float64)
+        dexact = torch.tensor([float(v * (1 - v)) if v < 0.5 else float(v / (1 + mpmath.exp(mpmath.mpf(w))))
+                               for v, w in zip(sig, t.tolist())], dtype=torch.float64)
+    normal = exact >= 2.0 ** -126                  # below (t < -87.34): a subnormal, the floors' concern
+    rel = (s.double() - exact).abs() / exact / U32
+    assert float(rel[normal].max()) <= noise.SIGMOID32, float(rel[normal].max())
+    assert float((s.double() - exact)[~normal].abs().max()) <= noise.TINY32 and bool((~normal).any())
+    y = (u * s).double()
+    assert bool(((y - 1.3125 * exact).abs() <= noise.rho(1, 1)["gate"] * U32 * 1.3125 * exact).all())
+    dg = torch.ops.aten.sigmoid_backward(u, s).double()
+    gauge = 1.3125 * dexact
+    over = (dg - gauge).abs() - noise.rho(1, 1)["dgate"] * U32 * gauge
+    assert bool((over <= noise.SIGMOID32 * U32 * exact * 1.3125).all())
+    assert float(over.max()) > 0 and bool((dg[t > 17] == 0).all())        # the relative bound alone fails
+
+
 def test_parse_and_declare():
     assert [c.label for c in CLASSES] == ["accurate", "accurate+ftz", "fast", "fast+ftz"]
     assert parse_math("fast+ftz") == MathClass("fast", True) and parse_math("ftz") == MathClass("accurate", True)

@@ -1,5 +1,6 @@
 """Rounding models as data: the interval arithmetic, the model references derived from the points
-(against eager implementations of each model, in both orders, with groups), resolving declarations."""
+(against eager implementations of each model, in both orders, with groups, for both gate
+activations), resolving declarations."""
 import itertools
 
 import pytest
@@ -58,7 +59,7 @@ def run_eager(inp: Inputs, points) -> dict:
     dt = inp.x.dtype
     m = GatedRMSNorm(inp.hidden, eps=inp.eps, zero_centered_gamma=inp.zero_centered_gamma, dtype=inp.weight.dtype,
                      device="cpu", points=frozenset(points), group_size=inp.group_size,
-                     norm_before_gate=inp.norm_before_gate)
+                     norm_before_gate=inp.norm_before_gate, activation=inp.activation)
     with torch.no_grad():
         m.weight.copy_(inp.weight)
     x = inp.x.clone().requires_grad_(True)
@@ -70,17 +71,18 @@ def run_eager(inp: Inputs, points) -> dict:
 
 
 MODELS = {"chain": {"mid"}, "fused": set(), "xhat": {"xhat"}}
-CASES = list(itertools.product(["bf16", "fp16"], [True, False], [None, 16], [False, True]))
+CASES = [(*c, "silu") for c in itertools.product(["bf16", "fp16"], [True, False], [None, 16], [False, True])] + \
+    [(*c, True, "sigmoid") for c in itertools.product(["bf16", "fp16"], [True, False], [None, 16])]
 
 
-@pytest.mark.parametrize("dtype,nbg,group,zc", CASES)
-def test_each_model_holds_its_eager_implementation_and_not_the_others(dtype, nbg, group, zc):
+@pytest.mark.parametrize("dtype,nbg,group,zc,activation", CASES)
+def test_each_model_holds_its_eager_implementation_and_not_the_others(dtype, nbg, group, zc, activation):
     """Every output of the eager implementation of a model lies within half an ULP of that model's
-    interval (its one final rounding), in both orders and with groups; each other model's interval
-    excludes it somewhere (y or dgate), so the models are told apart."""
+    interval (its one final rounding), in both orders, with groups and for both activations; each
+    other model's interval excludes it somewhere (y or dgate), so the models are told apart."""
     fmt = fmt_of(dtype)
     base = make_inputs((64, 64), fmt.dtype, zc=zc, seed=11)
-    inp = Inputs(base.x, base.gate, base.weight, base.dy, 1e-5, zc, group, nbg)
+    inp = Inputs(base.x, base.gate, base.weight, base.dy, 1e-5, zc, group, nbg, activation)
     outs = {name: run_eager(inp, pts) for name, pts in MODELS.items()}
     for name in MODELS:
         ref = model_reference(inp, name, fmt)
@@ -124,6 +126,26 @@ def test_a_flushed_silu_reaches_the_backward(nbg):
     ref = model_reference(inp, "chain", fmt_of("fp32"))
     for out in ("y", "dx", "dgate", "dweight"):
         assert compare(got[out], *ref[out], fmt_of("fp32"), "ulp", 0.5).status == "pass", out
+
+
+@pytest.mark.parametrize("nbg", [True, False])
+def test_a_flushed_sigmoid_reaches_the_backward(nbg):
+    """A float32 sigmoid is 0 below t = -88.72 too (1 / (1 + inf)), where the exact value is a
+    float32 subnormal (not SiLU's normal |t| sigmoid(t)): the model holds eager torch's zeros, also
+    in what the backward reuses, and the exact reference's allowance holds them."""
+    x = torch.tensor([[1.91964757, 1.52262974, -0.5]])
+    inp = Inputs(x, torch.tensor([[-115.904564, -89.5, -60.0]]), torch.tensor([1.07884371, 0.78867346, 1.0]),
+                 torch.tensor([[-0.977032304, -2.06157875, 1.0]]), 1e-5, False, None, nbg, "sigmoid")
+    got = run_eager(inp, {"mid"})
+    exact, _ = exact_outputs(inp)
+    assert got["y"][0, 1] == 0 and exact["y"][0, 1] != 0 and got["dgate"][0, 1] == 0   # the flush happened
+    ref = model_reference(inp, "chain", fmt_of("fp32"))
+    allow = exact_allowance(inp, "chain", fmt_of("fp32"))
+    for out in ("y", "dx", "dgate", "dweight"):
+        assert compare(got[out], *ref[out], fmt_of("fp32"), "ulp", 0.5).status == "pass", out
+    lo, hi = allow["y"]
+    holds_zero = (lo <= 0) & (hi >= 0)
+    assert holds_zero[0].tolist() == [True, True, False]             # 0 admitted below the flush only
 
 
 @pytest.mark.parametrize("points", [{"mid"}, set(), {"xhat"}])
@@ -199,7 +221,7 @@ class _DnInBf16(Mutant):
     """The gradient reaching n rounded to bf16 (norm first)."""
     def forward(self, x, gate):
         n = GradRoundedTo.apply(self.norm(x.float()).to(x.dtype), torch.bfloat16)
-        return (n.float() * self.silu(gate)).to(x.dtype)
+        return (n.float() * self.act(gate)).to(x.dtype)
 
 
 class _GammaInFp16(Mutant):
@@ -209,10 +231,31 @@ class _GammaInFp16(Mutant):
 
 
 class _SiluZeroBelow80(Mutant):
-    """SiLU flushed to 0 from t < -80 on, where float32 still holds it."""
-    def silu(self, gate):
+    """The activation (SiLU or sigmoid) flushed to 0 from t < -80 on, where float32 still holds it."""
+    def act(self, gate):
         t = gate.float()
-        return torch.where(t < -80, torch.zeros_like(t), torch.nn.functional.silu(t))
+        return torch.where(t < -80, torch.zeros_like(t), self.act_fn(t))
+
+
+class _SigmoidGradHalfUlp(Mutant):
+    """A sigmoid gate whose derivative s (1 - s) is formed from s rounded to 12 bits (2^-13 relative):
+    beyond a float32 sigmoid's error SIGMOID32 u32 (the absolute allowance of 1 - s), far below bf16's."""
+    def act(self, gate):
+        return _CoarseSigmoid.apply(gate.float())
+
+
+class _CoarseSigmoid(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t):
+        s = torch.sigmoid(t)
+        ctx.save_for_backward(s)
+        return s
+
+    @staticmethod
+    def backward(ctx, grad):
+        (s,) = ctx.saved_tensors
+        coarse = torch.round(s * 2.0 ** 12) / 2.0 ** 12
+        return grad * coarse * (1 - coarse)
 
 
 def _caught(cls, case) -> dict:
@@ -220,7 +263,8 @@ def _caught(cls, case) -> dict:
     from harness.cases.generate import generate
     inp = generate(case)
     m = cls(inp.hidden, eps=inp.eps, zero_centered_gamma=inp.zero_centered_gamma, dtype=inp.weight.dtype,
-            device="cpu", points=frozenset({"mid"}), group_size=inp.group_size, norm_before_gate=inp.norm_before_gate)
+            device="cpu", points=frozenset({"mid"}), group_size=inp.group_size, norm_before_gate=inp.norm_before_gate,
+            activation=inp.activation)
     with torch.no_grad():
         m.weight.copy_(inp.weight)
     x, t = inp.x.clone().requires_grad_(True), inp.gate.clone().requires_grad_(True)
@@ -239,6 +283,12 @@ def _caught(cls, case) -> dict:
      ("y", "dx", "dgate", "dweight")),
     (_GammaInFp16, dict(shape=(2, 9, 207), zero_centered_gamma=True, seed=67, gamma_dist="zero"),
      ("y", "dx", "dgate", "dweight")),
+    # the sigmoid gate: a flush above the float32 one, and s (1 - s) from a coarse s where the model
+    # admits s's float32 error as an absolute term (large and saturating gates)
+    (_SiluZeroBelow80, dict(shape=(16, 61), gate_dist="underflow", activation="sigmoid"), ("y", "dgate")),
+    (_SigmoidGradHalfUlp, dict(shape=(16, 64), gate_dist="large_positive", activation="sigmoid"), ("dgate",)),
+    (_SigmoidGradHalfUlp, dict(shape=(16, 64), gate_dist="normal", activation="sigmoid", norm_before_gate=False),
+     ("dgate",)),
 ])
 def test_the_widened_regions_still_catch_bugs(cls, case, outputs):
     """The floors and widenings above admit float32's own losses, not bugs of the same regions."""

@@ -14,25 +14,30 @@ from tests.conftest import make_inputs
 SHAPES = [(19,), (3, 18), (2, 3, 96), (2, 1, 2, 128)]
 
 
-def variant(inp, group, nbg):
-    return Inputs(inp.x, inp.gate, inp.weight, inp.dy, inp.eps, inp.zero_centered_gamma, group, nbg)
+def variant(inp, group, nbg, activation="silu"):
+    return Inputs(inp.x, inp.gate, inp.weight, inp.dy, inp.eps, inp.zero_centered_gamma, group, nbg, activation)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("zc", [False, True])
-@pytest.mark.parametrize("gate", [(3.0, 0.0), (1.0, -40.0), (2.0, -800.0)])
+# The sigmoid gate on every shape and gate, both orders, zero-centred gamma on (off is silu's grid's).
+@pytest.mark.parametrize("shape,zc,activation", [(s, zc, "silu") for s in SHAPES for zc in (False, True)]
+                         + [(s, True, "sigmoid") for s in SHAPES])
+@pytest.mark.parametrize("gate", [(3.0, 0.0), (1.0, -40.0), (2.0, -800.0), (2.0, 40.0)])
 @pytest.mark.parametrize("nbg", [True, False])
-def test_closed_form_matches_autograd_and_mpmath(shape, zc, gate, nbg):
+def test_closed_form_matches_autograd_and_mpmath(shape, zc, activation, gate, nbg):
     inp = make_inputs(shape, torch.float32, zc, gate_scale=gate[0], gate_shift=gate[1], seed=len(shape))
     group = shape[-1] // 2 if shape[-1] % 2 == 0 else None
-    inp = variant(inp, group, nbg)
+    inp = variant(inp, group, nbg, activation)
     values, gauges = exact_outputs(inp)
     ag = autograd_outputs(inp)
     exact = mp.all_values(inp, dps=60)
     bound = float64_error_bound(inp)
+    # autograd's sigmoid' is s (1 - s) by subtraction: 1 - s loses a few u64 of s absolutely, which
+    # relative to sigmoid' = s sigmoid(-t) grows as t does (the closed forms take sigmoid(-t))
+    cancel = {"dgate": 4 * 2.0 ** -53 * gauges["dgate"] / torch.sigmoid(-inp.gate.double()).clamp_min(1e-300)} \
+        if activation == "sigmoid" else {}
     for k in ("y", "dx", "dgate", "dweight"):
         # autograd: a different float64 evaluation order, same error bound relative to the gauge
-        assert torch.all((values[k] - ag[k]).abs() <= 2 * bound[k] * gauges[k] + 1e-300), k
+        assert torch.all((values[k] - ag[k]).abs() <= 2 * bound[k] * gauges[k] + cancel.get(k, 0) + 1e-300), k
         # mpmath at 60 digits: float64 closed form within its stated bound on every element
         assert torch.all((values[k] - exact[k]).abs() <= bound[k] * gauges[k] + 1e-300), k
 
@@ -80,6 +85,26 @@ def test_hand_computed_small_case():
     # zero-centred: weight w means gamma = w + 1
     inp3 = Inputs(x, torch.full((2,), 2.0), torch.tensor([0.0, 1.0]), torch.ones(2), 3.5, True)
     assert exact_outputs(inp3)[0]["y"].tolist() == v2["y"].tolist()
+
+
+def test_hand_computed_sigmoid_gate():
+    # x = [3, 4], eps = 3.5: r = 1/4, n = [0.75, 2]; gate 0: sigmoid(0) = 1/2, sigmoid'(0) = 1/4
+    x = torch.tensor([3.0, 4.0])
+    v, _ = exact_outputs(Inputs(x, torch.zeros(2), torch.tensor([1.0, 2.0]), torch.ones(2), 3.5, False,
+                                activation="sigmoid"))
+    assert v["y"].tolist() == [0.375, 1.0]                # n / 2
+    assert v["dgate"].tolist() == [0.1875, 0.5]           # dy n / 4
+    assert v["dweight"].tolist() == [0.375, 0.5]          # dy sigmoid(0) xhat, xhat = [0.75, 1]
+    # dx = r (dn g - xhat mean(dn g xhat)), dn = 1/2: c = (0.5*1*0.75 + 0.5*2*1) / 2
+    c = (0.5 * 0.75 + 1.0) / 2
+    assert v["dx"].tolist() == pytest.approx([0.25 * (0.5 - 0.75 * c), 0.25 * (1.0 - c)], rel=1e-15)
+    # gate first, gate 2: h = x sigmoid(2) scales x, so y = RMSNorm(x), and dgate = dh x s (1 - s)
+    s2 = 1 / (1 + math.exp(-2))
+    first = Inputs(x, torch.full((2,), 2.0), torch.ones(2), torch.ones(2), 0.0, False, None, False, "sigmoid")
+    v2, _ = exact_outputs(first, with_mid=True)
+    assert v2["y"].tolist() == pytest.approx([0.6 * math.sqrt(2), 0.8 * math.sqrt(2)], rel=1e-15)
+    assert v2["mid"].tolist() == pytest.approx([3 * s2, 4 * s2], rel=1e-15)
+    assert v2["dgate"].tolist() == pytest.approx((v2["dmid"] * x * s2 * (1 - s2)).tolist(), rel=1e-13)
 
 
 def test_hand_computed_gate_first():

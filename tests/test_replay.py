@@ -106,6 +106,22 @@ def test_replay_of_a_case_given_as_json(capsys, recorded):
     assert "hash" in capsys.readouterr().err
 
 
+def test_replay_of_a_sigmoid_case_given_as_json(capsys):
+    """A sigmoid case replays from its JSON: the activation is one of its parameters, and the
+    sigmoid mutant that ignores it fails there, naming the case."""
+    import json
+
+    from harness.cases.case import Case
+    case = Case("bf16", "bf16", "bf16", (4, 32), False, 1e-5, "standard", "normal", "one", 0, activation="sigmoid")
+    text = json.dumps(case.params())
+    assert '"activation": "sigmoid"' in text
+    assert main(["replay", case.case_id, "--impl", "torch", "--case", text, "--device", "cpu", "--top", "0"]) == 0
+    capsys.readouterr()
+    spec = "activation-ignored=harness.mutants:activation_ignored"
+    assert main(["replay", case.case_id, "--impl", spec, "--case", text, "--device", "cpu", "--top", "1"]) == 1
+    assert case.case_id in capsys.readouterr().out
+
+
 def test_replay_out_writes_results(tmp_path, capsys, recorded):
     suite, out, df = recorded
     cid = df["case_id"].iloc[0]

@@ -35,7 +35,7 @@ def base_row(case: Case, impl: Implementation, device: str, act_name: str) -> di
         "tokens": case.tokens, "zero_centered_gamma": case.zero_centered_gamma, "eps": case.eps,
         "x_dist": case.x_dist, "gate_dist": case.gate_dist, "gamma_dist": case.gamma_dist,
         "dy_dist": case.dy_dist, "seed": case.seed, "group_size": case.group,
-        "norm_before_gate": case.norm_before_gate, "math": impl.math.label,
+        "norm_before_gate": case.norm_before_gate, "activation": case.activation, "math": impl.math.label,
     }
 
 

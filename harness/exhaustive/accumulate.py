@@ -92,6 +92,7 @@ class Result:
     seconds: float              # this process's sweep (a resumed run: the part it did)
     case_hash: str
     perf: dict = field(default_factory=dict)     # counters: tiles, syncs, backend, pairs_run, ...
+    activation: str = "silu"    # the gate's function: silu or sigmoid
 
 
 class Ticker:

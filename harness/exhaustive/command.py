@@ -26,6 +26,7 @@ class RunParams:
     gate_range: tuple[int, int]
     dy: float
     chunk: int
+    activation: str = "silu"
 
 
 def check_out(out: str) -> Path:
@@ -56,7 +57,7 @@ def run_params(args) -> RunParams:
     elif device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device available")
     chunk = default_chunk(device) if args.chunk is None else int(args.chunk)
-    return RunParams(args.dtype, args.impl, device, xr, gr, dy, chunk)
+    return RunParams(args.dtype, args.impl, device, xr, gr, dy, chunk, args.activation)
 
 
 class _Prepare(threading.Thread):
@@ -78,7 +79,7 @@ def exhaustive_command(args) -> int:
     out = check_out(args.out)
     p = run_params(args)
     from harness.exhaustive.enumerate import setup
-    su = setup(p.dtype, p.impl, "cpu", p.x_range, p.gate_range, p.dy)   # every input check, on the CPU
+    su = setup(p.dtype, p.impl, "cpu", p.x_range, p.gate_range, p.dy, activation=p.activation)   # every check, on the CPU
     import harness.exhaustive.run  # noqa: F401 - imported here, not in both threads at once
     prep = None
     if p.device == "cuda":
@@ -92,8 +93,10 @@ def exhaustive_command(args) -> int:
     import pandas  # noqa: F401 - imported while the device gets ready (the results writer needs it)
     rd = RunDir(out).create()
     with rd.lock():
-        ppath = progress_path(out, p.dtype, p.impl, case_hash(p.dtype, p.x_range, p.gate_range, su.dy_bits))
-        ck = open_checkpoint(ppath, run_key(p.dtype, p.impl, p.x_range, p.gate_range, su.dy_bits), args.resume)
+        ppath = progress_path(out, p.dtype, p.impl, case_hash(p.dtype, p.x_range, p.gate_range, su.dy_bits,
+                                                              p.activation))
+        ck = open_checkpoint(ppath, run_key(p.dtype, p.impl, p.x_range, p.gate_range, su.dy_bits, p.activation),
+                             args.resume)
         if ck.done:
             print(f"exhaustive: resuming: {len(ck.done)} of {len(su.block_spans())} gate blocks done "
                   f"({ppath.name})", file=sys.stderr)
@@ -101,7 +104,8 @@ def exhaustive_command(args) -> int:
             prep.join()
         try:
             res = run_exhaustive(p.dtype, p.impl, p.device, p.x_range, p.gate_range, p.dy, p.chunk,
-                                 progress=lambda s: print(s, file=sys.stderr, flush=True), checkpoint=ck)
+                                 progress=lambda s: print(s, file=sys.stderr, flush=True), checkpoint=ck,
+                                 activation=p.activation)
         except KeyboardInterrupt:
             print(f"exhaustive: interrupted; {len(ck.done)} of {len(su.block_spans())} gate blocks kept in "
                   f"{ppath}: rerun with --resume to continue", file=sys.stderr)

@@ -12,8 +12,9 @@ Budgets: the sweep's budget against the exact value (harness.budgets.exact_budge
 alone: no rounding point of any model lies between its inputs (x plays the rounded n) and its
 outputs, so what is left is the metric's final rounding plus the float32 noise of the gate op's
 steps at the passes' math class (impls.MATH, accurate; references.models.noise.node_noise:
-`gate.out` for y, `gate.dinput` for dn, `gate.dgate`);
-report-only (inf) in the extreme regime. Metrics (references.metrics.gated_metric): y and dn are
+`gate.out` for y, `gate.dinput` for dn, `gate.dgate`; the same for both activations);
+report-only (inf) in the extreme regime, and for dgate in the saturated one (a sigmoid gate's
+large gates, enumerate.saturation). Metrics (references.metrics.gated_metric): y and dn are
 products (no cancellation): ULP; dgate can cancel (silu' has a root at t ~ -1.2785): the scaled
 error."""
 from __future__ import annotations
@@ -45,7 +46,9 @@ TOPK = 8
 
 
 def budget_for(output: str, regime: str, fmt: Format) -> float:
-    return exact_budget(METRIC[output], 0.0, node_noise(1, 1, parse_math(MATH))[NODE[output]], fmt, regime)
+    reported = regime == "extreme" or (regime == "saturated" and output == "dgate")
+    return exact_budget(METRIC[output], 0.0, node_noise(1, 1, parse_math(MATH))[NODE[output]], fmt,
+                        "extreme" if reported else "normal")
 
 
 def worst_metrics(output: str) -> tuple[str, ...]:

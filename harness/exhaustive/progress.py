@@ -25,9 +25,10 @@ def progress_path(out_dir: Path | str, dtype: str, impl: str, case_hash: str) ->
     return Path(out_dir) / f"exhaustive-{dtype}-{safe}-{case_hash}.progress.json"
 
 
-def run_key(dtype: str, impl: str, x_range, gate_range, dy_bits: int) -> dict:
-    return {"version": VERSION, "dtype": dtype, "impl": impl, "x_range": list(x_range),
-            "gate_range": list(gate_range), "dy_bits": dy_bits, "gate_block": GATE_BLOCK}
+def run_key(dtype: str, impl: str, x_range, gate_range, dy_bits: int, activation: str = "silu") -> dict:
+    key = {"version": VERSION, "dtype": dtype, "impl": impl, "x_range": list(x_range),
+           "gate_range": list(gate_range), "dy_bits": dy_bits, "gate_block": GATE_BLOCK}
+    return key if activation == "silu" else {**key, "activation": activation}     # silu's files as before
 
 
 def fresh_acc() -> dict:

@@ -4,7 +4,8 @@ Files go through reports.rundir.RunDir: results.csv written whole and atomically
 worst.csv too. Rows of the same (case_id, impl) are replaced, others kept: runs over other ranges
 of one output directory accumulate. The verdict follows harness.analysis.compare: a non-finite
 output where the reference rounds to a finite value fails, then the gated metric's worst element
-over the budget fails; the extreme regime's budget is inf (reported, not gated)."""
+over the budget fails; the extreme regime's budget is inf (reported, not gated), and so is dgate's
+in a sigmoid gate's saturated regime."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -61,12 +62,13 @@ def rows(res: Result) -> list[dict]:
         row = {
             "case_id": case_id(res, regime),
             "label": f"exhaustive {res.dtype} x[{_hex(xr[0])}:{_hex(xr[1])}) gate[{_hex(gr[0])}:{_hex(gr[1])}) "
-                     f"dy={res.dy:g} ({regime})",
+                     f"dy={res.dy:g}{'' if res.activation == 'silu' else ' ' + res.activation} ({regime})",
             "regime": regime, "impl": res.impl, "rounding": res.rounding, "math": MATH, "device": res.device,
             "dtype": res.dtype, "gate_dtype": res.dtype, "weight_dtype": res.dtype,
             "act_dtype": res.dtype, "out_dtype": res.dtype,
             "shape": f"{res.n_x}x{res.n_gate[regime]}", "hidden": 1, "tokens": a.pairs,
             "zero_centered_gamma": False, "eps": 0.0, "group_size": 1, "norm_before_gate": True,
+            "activation": res.activation,
             "x_dist": f"bits[{_hex(xr[0])}:{_hex(xr[1])})",
             "gate_dist": f"bits[{_hex(gr[0])}:{_hex(gr[1])}) {regime}",
             "gamma_dist": "", "dy_dist": f"constant {res.dy!r}", "seed": 0,
@@ -80,7 +82,8 @@ def rows(res: Result) -> list[dict]:
             "replay": (f"harness exhaustive --dtype {res.dtype} --impl {res.impl} "
                        f"--x-range {_hex(w.x_bits)}:{_hex(w.x_bits + 1)} "
                        f"--gate-range {_hex(w.g_bits)}:{_hex(w.g_bits + 1)} "
-                       f"--dy {res.dy!r} --device cpu") if w else "",
+                       f"--dy {res.dy!r} --device cpu"
+                       + ("" if res.activation == "silu" else f" --activation {res.activation}")) if w else "",
             "pair_seconds": res.seconds,
         }
         for name, value in _maxima(a).items():
@@ -157,8 +160,10 @@ def write_outputs(res: Result, out_dir: Path | str) -> list[Path]:
 
 def summary(res: Result) -> str:
     pairs = res.perf.get("pairs_run", res.n_x * sum(res.n_gate.values()))
-    lines = [f"exhaustive {res.dtype} impl={res.impl} ({res.rounding}, {MATH} math) on {res.device}: "
-             f"{res.n_x} x values x {res.n_gate['normal']}+{res.n_gate['extreme']} gates (normal+extreme), "
+    sat = res.n_gate.get("saturated", 0)
+    lines = [f"exhaustive {res.dtype} impl={res.impl} ({res.rounding}, {MATH} math, {res.activation} gate) on "
+             f"{res.device}: {res.n_x} x values x {res.n_gate['normal']}+{res.n_gate['extreme']}"
+             + (f"+{sat} gates (normal+extreme+saturated), " if sat else " gates (normal+extreme), ") +
              f"dy={res.dy:g}, {res.seconds:.2f} s for {pairs:.4g} pairs "
              f"({pairs / max(res.seconds, 1e-9):.3g} pairs/s, tile pass {res.perf.get('backend', '?')})"]
     lines.append(f"{'output':6s} {'regime':7s} {'pairs':>12s} {'max_ulp':>10s} {'max_scaled':>10s} "

@@ -28,14 +28,16 @@ FULL = (0, 1 << 16)
 def run_exhaustive(dtype: str, impl: str = DEFAULT, device: str = "cpu", x_range=FULL, gate_range=FULL,
                    dy: float = 1.0, chunk: int | None = None, impl_fn: Callable | None = None,
                    progress: Callable[[str], None] | None = None, backend: str = "auto",
-                   max_x_tiles: int | None = None, checkpoint: Checkpoint | None = None) -> Result:
-    """Every finite (x, gate) pair of the ranges (module docstring). chunk None: the device's
+                   max_x_tiles: int | None = None, checkpoint: Checkpoint | None = None,
+                   activation: str = "silu") -> Result:
+    """Every finite (x, gate) pair of the ranges (module docstring), through the gate activation
+    `activation` (silu or sigmoid). chunk None: the device's
     default (enumerate.default_chunk); backend: stats.TilePass's; max_x_tiles limits the x tiles
     per gate set (a warm-up); checkpoint: the blocks already done and where to record progress."""
-    su = setup(dtype, impl, device, x_range, gate_range, dy, impl_fn)
+    su = setup(dtype, impl, device, x_range, gate_range, dy, impl_fn, activation)
     fmt, fn, dev, xs, dy_t, dy_v = su.fmt, su.fn, su.dev, su.xs, su.dy_t, su.dy_v
     chunk = default_chunk(dev) if chunk is None else max(int(chunk), 1)
-    ck = checkpoint or Checkpoint(None, run_key(dtype, impl, x_range, gate_range, su.dy_bits))
+    ck = checkpoint or Checkpoint(None, run_key(dtype, impl, x_range, gate_range, su.dy_bits, activation))
     acc = ck.acc
     tile_pass = TilePass(backend, dev)
     n_x = xs.numel()
@@ -73,7 +75,7 @@ def run_exhaustive(dtype: str, impl: str = DEFAULT, device: str = "cpu", x_range
                     fold(a, st, t.n, t.weight)
                     if candidates(st):
                         perf["cand_tiles"] += 1
-                        certify_tile(t, s.cand, dy_v, fmt, a, perf)
+                        certify_tile(t, s.cand, dy_v, fmt, a, perf, activation)
                     for metric in worst_metrics(t.output):
                         tmax = st[MAX_ULP] if metric == "ulp" else st[MAX_SC]
                         perf["topk_tiles"] += update_worst(a, metric, t, s, tmax, fmt)
@@ -83,7 +85,8 @@ def run_exhaustive(dtype: str, impl: str = DEFAULT, device: str = "cpu", x_range
     perf["backend"] = tile_pass.name
     perf["pairs_run"] = tick.run
     return Result(dtype, impl, su.rounding, dev.type, tuple(x_range), tuple(gate_range), dy_v, su.dy_bits, n_x,
-                  dict(su.n_gates), acc, tick.seconds(dev), case_hash(dtype, x_range, gate_range, su.dy_bits), perf)
+                  dict(su.n_gates), acc, tick.seconds(dev),
+                  case_hash(dtype, x_range, gate_range, su.dy_bits, activation), perf, activation)
 
 
 def warm_up(dtype: str, device: str, backend: str = "auto") -> float:

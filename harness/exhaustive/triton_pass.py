@@ -1,5 +1,11 @@
 """The tile pass as one hand-written Triton kernel (CUDA; Triton's interpreter on the CPU in tests).
 
+It knows no gate activation: the activation enters only through the column factors T and G (the
+per-gate float64 tables of enumerate.gate_table: silu or sigmoid, their derivatives and gauges) and
+the computed values c, which the eager pass reads the same way — so a sigmoid sweep runs this very
+kernel, equal to the eager pass by construction (tests/test_exhaustive.py runs sigmoid ranges
+through both, in the interpreter or on CUDA).
+
 One program takes BLOCK consecutive elements of a tile [R, C] (row-major: row = an x value, column
 = a gate), forms v = xm[r0 + row] * T[col] and gauge = ax[r0 + row] * G[col] in float64, and
 computes exactly harness.exhaustive.metrics.element_errors: the same IEEE operations in the same

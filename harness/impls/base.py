@@ -7,8 +7,8 @@ when absent) and `ftz` (float32 subnormals may flush to zero; False when absent)
 ("x", or "weight": TE-style, n and y in the weight's dtype), `devices`, and
 `supports(case) -> None | str`. The math class can be overridden per run: `--impl SPEC@fast+ftz`
 (`with_math`; the suffix travels with the spec to worker processes and replay commands). The op variants reach it as extra keyword arguments,
-`group_size=G` and `norm_before_gate=False`, only for the cases that need them; a factory whose
-signature does not take one gets `skip` rows for those cases."""
+`group_size=G`, `norm_before_gate=False` and `activation="sigmoid"`, only for the cases that need
+them; a factory whose signature does not take one gets `skip` rows for those cases."""
 from __future__ import annotations
 
 import inspect
@@ -18,7 +18,7 @@ from typing import Callable
 from harness.references.mathclass import ACCURATE, MathClass, declared_math, parse_math
 from harness.references.models import RoundingModel, resolve
 
-VARIANT_KWARGS = ("group_size", "norm_before_gate")
+VARIANT_KWARGS = ("group_size", "norm_before_gate", "activation")
 
 
 def accepted_variants(factory: Callable) -> frozenset:
@@ -62,6 +62,8 @@ class Implementation:
             kw["group_size"] = case.group_size
         if not case.norm_before_gate:
             kw["norm_before_gate"] = False
+        if case.activation != "silu":
+            kw["activation"] = case.activation
         return kw
 
     def with_math(self, math: MathClass | str) -> "Implementation":

@@ -9,6 +9,9 @@ Facts from fla-core 0.6.0 (fla/modules/norm/fused_norm_gate.py) that shape this 
   +1 itself does not round) and autograd carries dweight back to the weight's dtype.
 - The gate gradient is computed and rounded in x's dtype, not the gate's: with a float32 gate and
   a bf16 x the harness will (rightly) see dgate carry bf16 error.
+- The gate activation is its `activation` argument: "swish" (= "silu") or "sigmoid" (`y = y *
+  tl.sigmoid(g)`, `dg = dy * y * s * (1 - s)`: fla's KDA, GDN2 and Comba layers), passed from the
+  case's `activation`.
 - Its float32 math is Triton's fast class: `tl.sigmoid` (exp as ex2.approx of the float32-rounded
   t * log2 e, then div.full), `b_rstd = 1 / tl.sqrt(b_var + eps)` (sqrt.approx, div.full), the
   variance's `/ D`: math class `fast` (docs/budgets.md).
@@ -19,7 +22,9 @@ y and dgate allocated like x and the gate (`empty_like`), dweight summed in floa
 cast: rounding model `fused`. Its constructor defaults are eps=1e-5 and norm_before_gate=False (the
 Mamba-2 order, unlike the harness's default), so both are always passed. No zero-centred gamma:
 as for `fla`, the class's own `rmsnorm_fn` gets `weight.float() + 1`. The same kernel, the same
-fast math (`tl.sigmoid`, `1 / tl.sqrt(var + eps)`). mamba_ssm's own copy is harness/impls/mamba_adapter.py."""
+fast math (`tl.sigmoid`, `1 / tl.sqrt(var + eps)`). Its kernels hard-code the SiLU gate (`b_g *
+tl.sigmoid(b_g)`, no activation argument in 0.6.0), so its factory takes no `activation`: sigmoid cases
+are `skip` rows. mamba_ssm's own copy is harness/impls/mamba_adapter.py."""
 from __future__ import annotations
 
 import importlib
@@ -31,15 +36,16 @@ from harness.impls.base import Implementation, from_factory
 
 
 class FlaGatedRMSNorm(nn.Module):
-    def __init__(self, fn, hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    def __init__(self, fn, hidden_size, *, eps, zero_centered_gamma, dtype, device, activation="silu"):
         super().__init__()
         init = torch.zeros if zero_centered_gamma else torch.ones
         self.weight = nn.Parameter(init(hidden_size, dtype=dtype, device=device))
         self.fn, self.eps, self.zero_centered_gamma = fn, eps, zero_centered_gamma
+        self.activation = "swish" if activation == "silu" else activation       # fla's names
 
     def forward(self, x, gate):
         w = self.weight.float() + 1 if self.zero_centered_gamma else self.weight
-        return self.fn(x, gate, w, None, activation="swish", eps=self.eps)
+        return self.fn(x, gate, w, None, activation=self.activation, eps=self.eps)
 
 
 class FlaRMSNormGated(nn.Module):
@@ -96,11 +102,11 @@ def implementations() -> list[Implementation]:
     else:
         fn = found[0]           # bound now: `found` is rebound below, and a closure would see that
 
-        def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+        def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device, activation="silu"):
             return FlaGatedRMSNorm(fn, hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
-                                   dtype=dtype, device=device)
+                                   dtype=dtype, device=device, activation=activation)
         out.append(from_factory("fla", factory, "builtin", rounding="fused", math="fast", devices=("cuda",),
-                                notes="fla-core rms_norm_gated, activation='swish' (norm first, one group)"))
+                                notes="fla-core rms_norm_gated, activation 'swish' or 'sigmoid' (norm first, one group)"))
     found, why = _import_first("fla.modules.norm.layernorm_gated", "fla.modules.layernorm_gated",
                                names=("RMSNormGated", "rmsnorm_fn"))
     if found is None:

@@ -8,6 +8,13 @@ Facts from transformers 5.24.0 (5.17.0 differs where noted) that shape these ada
   `use_kernel_forward_from_hub` decoration is inert unless a model is kernelized.)
 - `LaraMiniRMSNormGated(hidden_size, eps=1e-6)`: norm first, one group, the weight cast to float32
   too, one cast at the end: model `fused`; any rank. (Not in 5.17.0.)
+- `KimiLinearRMSNormGated`, `BailingHybridRMSNormGated`, `Glm5NextTextRMSNormGated`
+  (`cls(hidden_size, eps=1e-6, **kwargs)`, called `m(hidden_states, gate)`): the LaraMini code with
+  `ACT2FN["sigmoid"]` hard-coded (`self.activation = "sigmoid"`; an `activation=` keyword would vanish
+  into **kwargs): norm first, one group, float32 throughout, one cast: model `fused`, sigmoid cases
+  only. `Qwen4ExpTextRMSNormGated` takes `activation=` ("silu" or "sigmoid") as a named argument and
+  gets it; the others' constructors have none, and their `supports` declines the activations they
+  lack.
 - `FalconH1RMSNormGated(hidden_size, eps=1e-6, n_groups=1, norm_before_gate=True)`: both orders and
   groups, everything in float32 with the weight too, one cast at the end: model `fused`. It takes
   only 2-D or 3-D input (5.17.0 also squeezes a 3-D input whose second dimension is 1), so the
@@ -50,6 +57,7 @@ class HfClass:
     order: str         # "norm" (norm first only), "gate" (gate first only), "both"
     notes: str
     findings: tuple = ()     # its known departures from the contract: reported, and known to selftest
+    activations: tuple = ("silu",)    # the gate activations it computes (hard-coded or its argument)
 
     @property
     def module(self) -> str:
@@ -70,7 +78,8 @@ CLASSES = (
     HfClass("hf-qwen35", "qwen3_5", "Qwen3_5RMSNormGated", "xhat", "norm",
             "HF Qwen3_5RMSNormGated (the Qwen3-Next code): xhat rounded to x's dtype"),
     HfClass("hf-qwen4exp", "qwen4_exp", "Qwen4ExpTextRMSNormGated", "xhat", "norm",
-            "HF Qwen4ExpTextRMSNormGated (the Qwen3-Next code, activation='silu'): xhat rounded to x's dtype"),
+            "HF Qwen4ExpTextRMSNormGated (the Qwen3-Next code, activation='silu' or 'sigmoid'): xhat rounded "
+            "to x's dtype", activations=("silu", "sigmoid")),
     HfClass("hf-olmohybrid", "olmo_hybrid", "OlmoHybridRMSNormGated", "xhat", "norm",
             "HF OlmoHybridRMSNormGated (the Qwen3-Next code): xhat rounded to x's dtype"),
     HfClass("hf-laramini", "lara_mini", "LaraMiniRMSNormGated", "fused", "norm",
@@ -84,6 +93,15 @@ CLASSES = (
     HfClass("hf-bamba", "bamba", "BambaRMSNormGated", "xhat", "gate",
             "HF BambaRMSNormGated (the Mamba code): gate first only, y = weight * xhat with no final cast",
             ("y dtype float32, expected",)),
+    HfClass("hf-kimilinear", "kimi_linear", "KimiLinearRMSNormGated", "fused", "norm",
+            "HF KimiLinearRMSNormGated: sigmoid gate, norm first, float32 throughout, one cast",
+            activations=("sigmoid",)),
+    HfClass("hf-bailinghybrid", "bailing_hybrid", "BailingHybridRMSNormGated", "fused", "norm",
+            "HF BailingHybridRMSNormGated: sigmoid gate, norm first, float32 throughout, one cast",
+            activations=("sigmoid",)),
+    HfClass("hf-glm5next", "glm5_next", "Glm5NextTextRMSNormGated", "fused", "norm",
+            "HF Glm5NextTextRMSNormGated: sigmoid gate, norm first, float32 throughout, one cast",
+            activations=("sigmoid",)),
 )
 
 
@@ -127,10 +145,19 @@ class Flat2d(nn.Module):
         return y.reshape(shape)
 
 
+def _activation_only(c: HfClass, activation: str) -> str | None:
+    return None if activation in c.activations else f"{c.cls} gates with {' / '.join(c.activations)} only"
+
+
 def _norm_first_factory(c: HfClass):
-    def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device, activation="silu"):
         _no_zero_centred(c, zero_centered_gamma)
-        return load(c.module, c.cls)(hidden_size, eps=eps).to(device=device, dtype=dtype)
+        if _activation_only(c, activation):
+            raise Unsupported(_activation_only(c, activation))
+        cls = load(c.module, c.cls)
+        named = "activation" in inspect.signature(cls.__init__).parameters      # not swallowed by **kwargs
+        kw = {"activation": activation} if named else {}
+        return cls(hidden_size, eps=eps, **kw).to(device=device, dtype=dtype)
     return factory
 
 
@@ -169,7 +196,7 @@ def supports_for(c: HfClass):
             return f"{c.cls} has no zero-centred gamma"
         if c.order == "gate" and case.norm_before_gate:
             return f"{c.cls} gates first only (norm_before_gate=False)"
-        return None
+        return _activation_only(c, case.activation)
     return supports
 
 

@@ -11,7 +11,8 @@ noise); its CPU code calls Sleef's vectorised exp. One exception to watch: silu'
 core decomposition `torch.sigmoid`, which Inductor lowers to `tl.sigmoid` (ex2.approx) on CUDA —
 `harness identify` names the class a given torch's compile realises.
 
-The norm's math in float32; SiLU in float32; y, dx in x's dtype, dgate in the gate's, dweight in the
+The gate activation (`activation`: "silu", the default, or "sigmoid") is F.silu or torch.sigmoid in
+float32. The norm's math in float32; the activation in float32; y, dx in x's dtype, dgate in the gate's, dweight in the
 weight's (autograd rounds each gradient to its tensor's dtype). The rounding points (SPEC §1) are
 `.to(x.dtype)` casts at the points the model names — nothing else differs between the three."""
 from __future__ import annotations
@@ -22,16 +23,19 @@ from torch import nn
 
 from harness.impls.base import Implementation, from_factory
 
+GATE_FUNCTIONS = {"silu": F.silu, "sigmoid": torch.sigmoid}     # each activation's eager float32 kernel
+
 
 class GatedRMSNorm(nn.Module):
     def __init__(self, hidden_size: int, *, eps: float, zero_centered_gamma: bool, dtype: torch.dtype,
                  device, points: frozenset = frozenset({"mid"}), group_size: int | None = None,
-                 norm_before_gate: bool = True):
+                 norm_before_gate: bool = True, activation: str = "silu"):
         super().__init__()
         init = torch.zeros if zero_centered_gamma else torch.ones
         self.weight = nn.Parameter(init(hidden_size, dtype=dtype, device=device))
         self.eps, self.zero_centered_gamma, self.points = eps, zero_centered_gamma, frozenset(points)
         self.group_size, self.norm_before_gate = group_size or hidden_size, norm_before_gate
+        self.activation, self.act_fn = activation, GATE_FUNCTIONS[activation]
 
     def _norm(self, u: torch.Tensor, act: torch.dtype) -> torch.Tensor:
         """gamma * u * rstd over groups, u in float32; at point xhat, u * rstd rounded to act and the
@@ -49,24 +53,25 @@ class GatedRMSNorm(nn.Module):
         return uhat * gamma
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        act, silu = x.dtype, F.silu(gate.float())
+        act, a = x.dtype, self.act_fn(gate.float())
         mid = "mid" in self.points
         if self.norm_before_gate:
             n = self._norm(x.float(), act)
             if mid:
                 n = n.to(act)
-            return (n.float() * silu).to(act)
-        h = x.float() * silu
+            return (n.float() * a).to(act)
+        h = x.float() * a
         if mid:
             h = h.to(act).float()
         return self._norm(h, act).to(act)
 
 
 def _eager(points):
-    def make(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
+    def make(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True,
+             activation="silu"):
         return GatedRMSNorm(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype,
                             device=device, points=points, group_size=group_size,
-                            norm_before_gate=norm_before_gate)
+                            norm_before_gate=norm_before_gate, activation=activation)
     return make
 
 
@@ -95,9 +100,11 @@ class Compiled(nn.Module):
 
 
 def _compiled(emulate: bool):
-    def make(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
+    def make(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True,
+             activation="silu"):
         return Compiled(chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype,
-                              device=device, group_size=group_size, norm_before_gate=norm_before_gate),
+                              device=device, group_size=group_size, norm_before_gate=norm_before_gate,
+                              activation=activation),
                         emulate_precision_casts=emulate, dynamic=group_size is None)
     return make
 

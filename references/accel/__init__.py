@@ -6,7 +6,8 @@ a*b+c into an FMA) — and tests check it.
 
 Backends, chosen by the caller (`harness run --reference-backend`), never by the environment:
   "auto"      eager below FUSED_MIN_ELEMENTS or off CUDA (a compile costs seconds per shape); on CUDA
-              above it the Triton kernel where it fits (triton_regs.fits), else Inductor's graph;
+              above it the Triton kernel where it fits (triton_regs.fits: norm first, one group, a
+              silu gate), else Inductor's graph (any order, groups, either activation);
   "inductor"  Inductor's graph for the big CUDA cases, never the Triton kernel;
   "eager"     references.exact everywhere.
 A compile or kernel that fails warns once for its key and falls back (Triton to Inductor to eager)."""

@@ -1,6 +1,7 @@
 """The float64 reference compiled by Inductor: references.exact.exact_outputs itself (the closed
 forms over Gauged float64), one graph per (shape, dtypes, device, op) — for big cases on a GPU
-where the Triton kernel does not apply (other widths, groups, gate first)."""
+where the Triton kernel does not apply (other widths, groups, gate first, a sigmoid gate). It handles
+both gate activations by construction: Op.activation selects the closed forms it compiles."""
 from __future__ import annotations
 
 import torch
@@ -44,7 +45,7 @@ def exact_outputs_compiled(inp: Inputs) -> tuple[dict, dict]:
 
         def body(x, gate, w, dy):
             return exact_outputs(Inputs(x, gate, w, dy, op.eps, op.zero_centered_gamma, op.group_size,
-                                        op.norm_before_gate))
+                                        op.norm_before_gate, op.activation))
 
         fn = _COMPILED[key(inp)] = torch.compile(body, dynamic=False, fullgraph=True, options=inductor_options())
     return fn(inp.x, inp.gate, inp.weight, inp.dy)

@@ -11,7 +11,9 @@ else was tried and why this won.
 
 The formulas are references.closed_forms' (norm first, one group); tests compare the kernel with
 references.exact within float64_error_bound * gauge, in Triton's interpreter on the CPU and on CUDA.
-Where it applies (`fits`): rows of MIN_HIDDEN..MAX_HIDDEN columns (the per-thread accumulators grow
+Where it applies (`fits`): the silu gate only (its sums and outputs are silu's closed forms written
+out; a sigmoid gate's big cases go to Inductor's graph of the closed forms, references.accel), rows
+of MIN_HIDDEN..MAX_HIDDEN columns (the per-thread accumulators grow
 with the row: at 4096 columns, 127 registers and no spills for sm_90a with the table) and
 eps >= MIN_EPS: the raw products dy silu gam x of the row sums may underflow where the eager form's
 dxhat * xhat does not; at eps >= 1e-20 the effect on dx and its gauge is at most about
@@ -40,7 +42,7 @@ def available() -> bool:
 
 def fits(inp: Inputs) -> bool:
     return (available() and inp.x.is_cuda and inp.norm_before_gate and inp.group == inp.hidden
-            and MIN_HIDDEN <= inp.hidden <= MAX_HIDDEN and inp.eps >= MIN_EPS)
+            and inp.activation == "silu" and MIN_HIDDEN <= inp.hidden <= MAX_HIDDEN and inp.eps >= MIN_EPS)
 
 
 _TABLES: dict = {}

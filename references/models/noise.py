@@ -15,6 +15,14 @@ a partial product may land among float32's subnormals and lose up to a few of th
 FTZ: the whole subnormal), times the factors still to come; and below t = -88.72 a float32 SiLU
 computed as t / (1 + exp(-t)) overflows exp and flushes silu to -0 (fast or FTZ: below -87.34), so
 the whole value may be lost.
+
+The gate activation (references.closed_forms.ACTIVATIONS) changes only what a gate step's floors
+and per-element terms are made of, never the rho terms: a sigmoid gate step (sigmoid, then the
+product) is silu's without its product by t, so rho_gate and rho_dgate bound it too (docs/budgets.md,
+"The gate activation"). Its flush point is silu's — the same sigmoid underflows — but what it loses
+there is a float32 subnormal, sigmoid(t) < 2^-126, not silu's normal |t| sigmoid(t); and sigmoid'
+= s (1 - s) has no factor t: `1 - s` carries s's whole float32 error SIGMOID32 as an absolute
+error, where the exact sigmoid' ~ e^-t shrinks (for t > 17 a float32 s is 1 and s (1 - s) is 0).
 """
 from __future__ import annotations
 
@@ -27,7 +35,11 @@ from harness.references.mathclass import (ACCURATE, FAST_NORM_BACKWARD, FAST_RST
 
 TINY32 = 4 * 2.0 ** -149           # a few of float32's smallest subnormal
 TINY32_FTZ = 4 * MIN_NORMAL32      # under FTZ a float32 result below 2^-126 is lost whole
-SILU32_FLUSH = -88.72              # below: a float32 SiLU may return -0
+SILU32_FLUSH = -88.72              # below: a float32 sigmoid (so SiLU) may return 0 (exp(-t) overflows)
+# A float32 sigmoid's relative error, accurate class (u32): exp within one ulp (2 u32), the add and
+# the division correctly rounded (1 u32 each); the stable form exp(t) / (1 + exp(t)) alike.
+# tests/test_mathclass.py checks torch.sigmoid's float32 error against mpmath over the gate ranges.
+SIGMOID32 = 4.0
 
 
 def tiny(mc: MathClass) -> float:
@@ -36,8 +48,9 @@ def tiny(mc: MathClass) -> float:
 
 
 def silu_flush(mc: MathClass) -> float:
-    """Below this gate a float32 SiLU may be -0: exp overflows below -88.72; a fast or flushing one
-    loses it from -126 ln 2 on (div.approx returns 0 past 2^126; FTZ flushes sigmoid's subnormals)."""
+    """Below this gate a float32 SiLU (or sigmoid) may be 0: exp overflows below -88.72; a fast or
+    flushing one loses it from -126 ln 2 on (div.approx returns 0 past 2^126; FTZ flushes sigmoid's
+    subnormals). Both activations flush at the same t: the sigmoid inside them underflows."""
     return FAST_SILU_FLUSH if (mc.fast or mc.ftz) else SILU32_FLUSH
 
 
@@ -78,7 +91,7 @@ def exact_path_noise(output: str, norm_before_gate: bool, group: int, tokens: in
     return sum(k * r[term] for term, k in EXACT_PATH[bool(norm_before_gate)][output].items())
 
 
-def fast_gate_noise(node: str, f: dict, mc: MathClass):
+def fast_gate_noise(node: str, f: dict, mc: MathClass, activation: str = "silu"):
     """A fast sigmoid's extra error at a gate step (absolute, per element), or None. `f` holds the
     step's factors as gauges (`u`, `d`) and the gate `t`. With E the sigmoid's relative error
     (mathclass.sigmoid_error) and s' = s (1 + E):
@@ -86,34 +99,48 @@ def fast_gate_noise(node: str, f: dict, mc: MathClass):
       d u silu'(t), silu' = s (1 + t (1 - s)):  s' moves it by |s E| (1 + |t| (1 - s) + |t| s),
                                    i.e. at most |d u| s E (1 + |t|) — `1 - s` by subtraction
                                    carries s's whole error, times t (for large positive t the
-                                   division's 2 ulp of s ~ 1, times t)."""
+                                   division's 2 ulp of s ~ 1, times t);
+      u sigmoid(t), d sigmoid(t)   E |u s|;
+      d u sigmoid'(t), sigmoid' = s (1 - s):  s' moves it by |1 - 2 s| s E <= s E: |d u| s E."""
     if not mc.fast or not node.startswith("gate."):
         return None
     t = f["t"]
     s = torch.sigmoid(t)
     e = sigmoid_error(t, mc) * U32
+    if activation == "sigmoid":
+        return (f["d"] * f["u"] if node == "gate.dgate" else f["u"]) * s * e
     if node == "gate.dgate":
         return f["d"] * f["u"] * s * e * (1 + t.abs())
     return f["u"] * (t * s).abs() * e
 
 
-def gate_floor(u_abs, t, mc: MathClass = ACCURATE):
-    """Underflow of u * silu(t) (or d * silu(t)): a few float32 quanta times max(1, |u|) max(1, |t|);
-    below the flush point the whole value."""
+def gate_floor(u_abs, t, mc: MathClass = ACCURATE, activation: str = "silu"):
+    """Underflow of u * a(t) (or d * a(t)): a few float32 quanta of the activation, times max(1, |u|)
+    — silu's also times max(1, |t|), its product by t; below the flush point the whole value (silu's
+    a float32 normal up to 2.6e-37, sigmoid's a subnormal below 2.9e-39, times |u|)."""
     s = torch.sigmoid(t)
     flush = t < silu_flush(mc)
     one = torch.ones_like(t)
+    if activation == "sigmoid":
+        return torch.where(flush, u_abs * s, tiny(mc) * torch.maximum(one, u_abs))
     return torch.where(flush, u_abs * (t * s).abs(), tiny(mc) * torch.maximum(one, u_abs) * torch.maximum(one, t.abs()))
 
 
-def dgate_floor(d_abs, u_abs, t, mc: MathClass = ACCURATE):
-    """Underflow of d * u * silu'(t), and float32 silu'(t) = s (1 + t (1 - s)): `1 - s` carries s's
-    rounding (u32 s) as an absolute error, times |t| — for large positive t that is |t| u32, beyond
-    any constant relative bound."""
+def dgate_floor(d_abs, u_abs, t, mc: MathClass = ACCURATE, activation: str = "silu"):
+    """Underflow of d * u * a'(t), and the cancellation in float32 a'(t):
+      silu' = s (1 + t (1 - s)): `1 - s` carries s's rounding (u32 s) as an absolute error, times |t|
+              — for large positive t that is |t| u32, beyond any constant relative bound;
+      sigmoid' = s (1 - s): `1 - s` carries s's whole float32 error (SIGMOID32 u32 s) as an absolute
+              error, where sigmoid' itself is ~e^-t (and 0 in float32 past t ~ 17)."""
     s = torch.sigmoid(t)
-    dsilu = s * (1 + t * torch.sigmoid(-t))
     one = torch.ones_like(t)
-    under = torch.where(t < silu_flush(mc), d_abs * u_abs * dsilu.abs(),
+    flush = t < silu_flush(mc)
+    if activation == "sigmoid":
+        under = torch.where(flush, d_abs * u_abs * s * torch.sigmoid(-t),
+                            tiny(mc) * torch.maximum(one, d_abs) * torch.maximum(one, u_abs))
+        return under + SIGMOID32 * s * U32 * d_abs * u_abs
+    dsilu = s * (1 + t * torch.sigmoid(-t))
+    under = torch.where(flush, d_abs * u_abs * dsilu.abs(),
                         tiny(mc) * torch.maximum(one, d_abs) * torch.maximum(one, u_abs) * (1 + t.abs()))
     return under + t.abs() * s * U32 * d_abs * u_abs
 

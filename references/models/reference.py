@@ -19,6 +19,8 @@ backward reuses; the floors lose a whole subnormal instead of a few quanta of on
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from harness.references.closed_forms import OUTPUTS, forward_backward
@@ -43,6 +45,7 @@ class ModelArithmetic:
     def __init__(self, model: RoundingModel, inp: Inputs, act: Format, absolute: bool = False,
                  mc: MathClass = ACCURATE):
         self.model, self.absolute, self.mc = model, absolute, mc
+        self.activation = inp.activation
         self.zero_centered = bool(inp.zero_centered_gamma)
         self.formats = {"act": act, "promoted": promoted_format(fmt_of(inp.weight.dtype), act)}
         self.noise = {} if absolute else noise.node_noise(inp.group, inp.tokens, mc)
@@ -69,9 +72,9 @@ class ModelArithmetic:
     def _floor(self, node: str, v: Interval, f: dict):
         mc = self.mc
         if node in ("gate.out", "gate.dinput"):
-            return noise.gate_floor(f["u"].g, f["t"].lo, mc)
+            return noise.gate_floor(f["u"].g, f["t"].lo, mc, self.activation)
         if node == "gate.dgate":
-            return noise.dgate_floor(f["d"].g, f["u"].g, f["t"].lo, mc)
+            return noise.dgate_floor(f["d"].g, f["u"].g, f["t"].lo, mc, self.activation)
         if node == "norm.dinput":
             return noise.backward_floor(f["u"].g, f["r"].g, f["g"].g, mc)
         if node == "norm.dweight":
@@ -82,7 +85,8 @@ class ModelArithmetic:
         """The class's noise that depends on the step's inputs (a fast exp's |t|), absolute."""
         if not (self.mc.fast and node.startswith("gate.")):
             return None
-        return noise.fast_gate_noise(node, {k: (f[k].lo if k == "t" else f[k].g) for k in f}, self.mc)
+        return noise.fast_gate_noise(node, {k: (f[k].lo if k == "t" else f[k].g) for k in f}, self.mc,
+                                     self.activation)
 
     def _round(self, v: Interval, fmt: Format, product: bool) -> Interval:
         if product and not self.absolute:
@@ -106,7 +110,7 @@ class ModelArithmetic:
         if node == "norm.xhat":       # uhat's own underflow: also in what the backward reuses
             v = v.widen(noise.xhat_floor(factors["r"].g, self.mc), own=True)
         if node.startswith("gate.") and bool((flush := factors["t"].lo < noise.silu_flush(self.mc)).any()):
-            v = v.with_zero(flush)     # the SiLU may be -0 there: so may what the backward saves of it
+            v = v.with_zero(flush)     # the activation may be 0 there: so may what the backward saves of it
         if self.mc.ftz:
             v = flushed(v)
         for point in self.model.points:
@@ -140,7 +144,7 @@ def _evaluate(inp: Inputs, model, act: Format, absolute: bool, mc: MathClass = A
         g32 = (inp.weight.float() + 1).to(torch.float64)
         lo, hi = torch.minimum(g.lo, g32), torch.maximum(g.lo, g32)
         g = Interval(lo, hi, lo, hi, torch.maximum(lo.abs(), hi.abs()))
-    op = inp.op.__class__(inp.eps, False, inp.group, inp.norm_before_gate)
+    op = replace(inp.op, zero_centered_gamma=False)                    # g carries the + 1 already
     return forward_backward(ex(inp.x), ex(inp.gate), g, ex(inp.dy), op, A)
 
 
