@@ -19,6 +19,8 @@
 #   hf-field    the HF adapters of issue 28 (HF_FIELD below): quick and full on CUDA, identify each; they
 #               need transformers 5.24.0 and its dependencies in .whl/ (the image's 5.17.0 lacks LaraMini
 #               and NemotronH, and Bamba/GraniteMoeHybrid have no groups there)
+#   hf          full on CUDA for the HF adapters of issue 28 (HF_NEW: silu and sigmoid; transformers 5.24.0 in
+#               .whl/), then identify for every HF adapter at once, one process each
 #   selftest    `harness selftest --device cuda`
 #   big         bench/suites/big.toml for torch: 16.8-33.6 M-element cases, whose references and checks
 #               run on the GPU in each worker's judge, the outputs sent there from the implementation's
@@ -61,6 +63,20 @@ cold() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl mamba --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
 HF_FIELD="hf-qwen35 hf-qwen4exp hf-olmohybrid hf-laramini hf-nemotronh hf-granitemoehybrid hf-bamba"
 HF_SIGMOID="hf-kimilinear hf-bailinghybrid hf-glm5next hf-qwen4exp"
+HF_NEW="$HF_FIELD hf-kimilinear hf-bailinghybrid hf-glm5next"
+HF_ALL="hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2 $HF_NEW"
+
+identify_all() {  # identify_all IMPL...: one identify per implementation, all at once (16 cores), each
+  # to its own log, then the verdict lines into the batch's log
+  local s; s=$(date +%s.%N)
+  for i in "$@"; do
+    timeout 300 python3 -m harness identify --impl "$i" --cases quick --device cuda --jobs 1 --out "$OUT/id-$i" \
+      --no-report > "$OUT/id-$i.log" 2>&1 &
+  done
+  wait
+  for i in "$@"; do echo "== identify-$i: $(grep -E 'realises' "$OUT/id-$i.log" || tail -1 "$OUT/id-$i.log")"; done | tee -a "$LOG"
+  echo "== identify ($*): $(python3 -c "print(round($(date +%s.%N) - $s, 1))") s for all" | tee -a "$LOG"
+}
 TRITON_IMPLS="--impl mamba --impl fla-gated --impl fla"
 TRITON_ACCURATE="--impl mamba@accurate --impl fla-gated@accurate --impl fla@accurate"
 
@@ -102,6 +118,9 @@ for stage in "$@"; do
         step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
              --out "$OUT/id-$i" --no-report
       done ;;
+    hf) step hf-new-full 600 python3 -m harness run $(printf -- '--impl %s ' $HF_NEW) --cases full --device cuda \
+             --jobs 16 --out "$OUT/hf-new-full" --no-report --repeats 0
+      identify_all $HF_ALL ;;
     selftest) step selftest 600 python3 -m harness selftest --device cuda --jobs 8 --out "$OUT/selftest" ;;
     big) step big 600 python3 -m harness run --impl torch --cases bench/suites/big.toml --device cuda --jobs 4 \
              --out "$OUT/big" --no-report --repeats 0 ;;

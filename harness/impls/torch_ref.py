@@ -118,9 +118,12 @@ def implementations() -> list[Implementation]:
         from_factory("torch-xhat", xhat, "builtin", rounding="xhat",
                      notes="eager PyTorch, xhat rounded to x's dtype before the gamma product (HF's way)"),
         # Inductor elides the rounding between the ops unless emulate_precision_casts is set
-        # (harness identify finds it), so the default compile realises the fused model.
-        from_factory("torch-compile", _compiled(False), "builtin", rounding="fused",
+        # (harness identify finds it), so the default compile realises the fused model. Its CUDA
+        # code computes the sigmoid gate with Triton's approximate exp: on the H200, identify finds
+        # every silu output within `accurate` but float32 sigmoid y and dgate only within `fast`
+        # (bench/RESULTS.md), so both declare `fast` (on the CPU its C++ code is accurate, and passes).
+        from_factory("torch-compile", _compiled(False), "builtin", rounding="fused", math="fast",
                      notes="torch.compile of the chain, Inductor defaults"),
-        from_factory("torch-compile-emulate", _compiled(True), "builtin", rounding="chain",
+        from_factory("torch-compile-emulate", _compiled(True), "builtin", rounding="chain", math="fast",
                      notes="torch.compile of the chain with emulate_precision_casts=True"),
     ]
