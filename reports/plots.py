@@ -149,13 +149,13 @@ def gate(d: pd.DataFrame) -> str | None:
     return png(fig)
 
 
-def speed(pairs: pd.DataFrame) -> str | None:
-    """Time against accuracy: one small point per (case, implementation) — its median warm
-    forward + backward time and the worst worst/budget of its checks against the exact value — and
-    one large point per implementation (median time, worst ratio). Ratios are clipped to
-    [1e-3, 1e3] so a 0 error (or an extreme-regime check's infinite budget) still shows, at the
-    bottom."""
-    p = pairs[pairs["impl_seconds"].notna() & (pairs["impl_seconds"] > 0) & pairs["_ratio"].notna()]
+def speed(pairs: pd.DataFrame, clock: str) -> str | None:
+    """Time against accuracy: one small point per (case, implementation) — its `_seconds` (the
+    `clock` named: the GPU time where measured, else the wall time) and the worst worst/budget of
+    its checks against the exact value — and one large point per implementation (median time,
+    worst ratio). Ratios are clipped to [1e-3, 1e3] so a 0 error (or an extreme-regime check's
+    infinite budget) still shows, at the bottom."""
+    p = pairs[pairs["_seconds"].notna() & (pairs["_seconds"] > 0) & pairs["_ratio"].notna()]
     if p.empty:
         return None
     fig = Figure(figsize=(7.5, 3.8), dpi=72)
@@ -164,13 +164,13 @@ def speed(pairs: pd.DataFrame) -> str | None:
     for k, (impl, g) in enumerate(p.groupby("impl", sort=True)):
         c = f"C{k % 10}"
         y = np.clip(g["_ratio"].to_numpy(dtype=float), 1e-3, 1e3)
-        ax.scatter(g["impl_seconds"] * 1e3, y, s=9, color=c, alpha=0.45, linewidths=0)
-        ax.scatter([g["impl_seconds"].median() * 1e3], [y.max()], s=90, color=c, marker="D",
+        ax.scatter(g["_seconds"] * 1e3, y, s=9, color=c, alpha=0.45, linewidths=0)
+        ax.scatter([g["_seconds"].median() * 1e3], [y.max()], s=90, color=c, marker="D",
                    edgecolors="black", label=text(impl))
     ax.axhline(1.0, color="#c0392b", ls="--", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("forward + backward time, ms (median of warm calls)", fontsize=8)
+    ax.set_xlabel(f"forward + backward {clock}, ms (median of warm calls)", fontsize=8)
     ax.set_ylabel("worst error / budget, vs exact", fontsize=8)
     ax.set_title("time vs worst error against the exact value (dots: cases; diamonds: median time, worst case)",
                  fontsize=9)

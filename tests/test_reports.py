@@ -225,7 +225,7 @@ def test_speed_section_on_cpu_omits_the_floor(tmp_path):
     rows += [row("fast", "a", "y", "pass", ulp=0.25, scaled=0.3, ref="model:chain", seconds=1e-3),
              row("slow", "a", "y", "pass", ulp=1.5, scaled=2.0, seconds=4e-2)]
     s = section(render(tmp_path, frame(rows)), "speed")
-    assert "bandwidth floor" not in s
+    assert "bandwidth floor" not in s and "GPU time" not in s and "host-inclusive" in s
     body = [text(r).strip() for r in re.findall(r"<tr>(.*?)</tr>", s[s.index("<tbody>"):], re.S)]
     # impl, model, cases timed, median ms, ms at the largest case and its label, worst ULP / scaled
     # vs model, vs exact, worst / budget
@@ -234,13 +234,17 @@ def test_speed_section_on_cpu_omits_the_floor(tmp_path):
     assert "data:image/png;base64," in s
 
 
-def test_speed_section_on_cuda_shows_the_floor(tmp_path):
-    rows = [row("k", c, "y", "pass", ulp=0.5, scaled=0.5, seconds=1e-4, tokens=t, floor_fraction=f,
-                bytes_moved=1000, device="cuda")
-            for c, t, f in [("a", 4, 0.1), ("b", 8, 0.2), ("c", 4096, 0.523)]]
+def test_speed_section_on_cuda_shows_the_gpu_time_and_the_floor(tmp_path):
+    rows = [row("k", c, "y", "pass", ulp=0.5, scaled=0.5, seconds=1e-3, tokens=t, floor_fraction=f,
+                bytes_moved=1000, device="cuda", gpu_seconds=g, gpu_method=m)
+            for c, t, f, g, m in [("a", 4, 0.1, 1e-4, "graph"), ("b", 8, 0.2, 2e-4, "profiler"),
+                                  ("c", 4096, 0.523, 3e-4, "graph")]]
     s = section(render(tmp_path, frame(rows)), "speed")
     assert "median % of bandwidth floor" in s and "% of floor at largest case" in s
+    assert "median GPU time (ms)" in s and "median wall time, host-inclusive (ms)" in s
     assert re.search(r"<td>20\.0</td>\s*<td>52\.3</td>", s)
+    # GPU median, at the largest case, the methods used; then the wall time's
+    assert re.search(r"<td>0\.2</td>\s*<td>0\.3</td>\s*<td>graph/profiler</td>\s*<td>1</td>", s)
 
 
 def test_determinism_lists_non_repeatable_outputs(tmp_path):
