@@ -80,6 +80,12 @@ class Results:
         rd.write_results(self.frame)
         return [rd.results] + write_outputs(rd.path, self.run_data(), skip=() if report else ("report",))
 
+    def write_report(self, directory) -> Path:
+        """report.html alone, in `directory`."""
+        path = Path(directory) / formats()["report"].filename
+        formats()["report"].write(self.run_data(), path)
+        return path
+
     def run_data(self) -> RunData:
         return RunData(self.frame, summarize(self.frame), self.exit_code, self.title, self.env, self.baseline,
                        self.suite, tuple(self.headline))
