@@ -167,27 +167,3 @@ def test_on_cuda_graph_for_torch_and_profiler_for_a_host_sync():
     seconds, method = gputime.gpu_time(prepare, synced, first, same, least=5)
     assert method == "profiler" and 0 < seconds < 0.01 and not torch.cuda.is_current_stream_capturing()
 
-
-def test_phases_of_the_command_add_up():
-    """timing.csv's phases from the command's marks: each phase between its marks, the sweep less
-    its workers' start, `other` what none covers."""
-    from harness.commands.phases import Clock, line, rows
-    c = Clock()
-    c.start = 100.0
-    c.marks = {"sweep": 102.0, "swept": 110.0, "written": 110.5, "reported": 112.0, "end": 112.25}
-    t = {"wall": 7.5, "worker_start": 1.5, "impl:a": 3.0, "timing": 1.0, "references": 2.0, "analysis": 4.0}
-    p = c.phases(t)
-    assert p == {"startup": 2.0, "worker_start": 1.5, "sweep": 6.0, "write": 0.5, "report": 1.5, "total": 12.25,
-                 "other": 0.75}
-    r = rows(p, t)
-    assert r["phase:total"] == 12.25 and r["share:implementations"] == 4.0 and r["share:harness"] == 6.0
-    assert "whole command 12.2 s" in line(p, t) or "whole command 12.3 s" in line(p, t)
-    del c.marks["reported"]                                    # --no-report
-    assert c.phases(t)["report"] == 0
-
-
-def test_process_start_is_before_now():
-    import time
-
-    from harness.commands.phases import process_start
-    assert 0 <= time.monotonic() - process_start() < 24 * 3600
