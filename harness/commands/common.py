@@ -81,13 +81,14 @@ def finish(results: Results, out: Path, device: str, impls, title: str, junit: s
     print(summary_table(results.frame))
     for line in results.verdict_lines():
         print(line)
-    written = results.write(out, report=False)
+    data = results.run_data()                  # the summary once, for the files and the report
+    written = results.write(out, report=False, data=data)
     if junit:
-        written.append(results.write_junit(junit))
+        written.append(results.write_junit(junit, data))
     if clock is not None:
         clock.mark("written")
     if not no_report:
-        written.insert(1, results.write_report(out))
+        written.insert(1, results.write_report(out, data))
         if clock is not None:
             clock.mark("reported")
     print("harness: wrote " + ", ".join(str(p) for p in written))
