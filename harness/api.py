@@ -74,11 +74,14 @@ class Results:
             lines.append(f"harness: error: {len(self.unfinished)} of {self.planned} planned pairs did not finish")
         return lines
 
-    def write(self, directory, report: bool = True, data: RunData | None = None) -> list[Path]:
+    def write(self, directory, report: bool = True, data: RunData | None = None,
+              results_written: bool = False) -> list[Path]:
         """results.csv, summary.csv and (unless report=False) report.html in `directory`; `data`:
-        run_data() if already made."""
+        run_data() if already made; `results_written`: results.csv there already holds `frame`
+        (the sweep wrote it), and is not written again."""
         rd = RunDir(directory).create("write")
-        rd.write_results(self.frame)
+        if not results_written:
+            rd.write_results(self.frame)
         return [rd.results] + write_outputs(rd.path, data or self.run_data(), skip=() if report else ("report",))
 
     def write_report(self, directory, data: RunData | None = None) -> Path:

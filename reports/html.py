@@ -317,16 +317,22 @@ def render_report(data, path: Path) -> Path:
     declared = own.groupby("impl")["reference"].first().to_dict()
     jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                               undefined=jinja2.StrictUndefined)
+    drawn = plots.in_children({"histograms": lambda: plots.histograms(g), "heatmap": lambda: plots.heatmap(g),
+                               "gate": lambda: plots.gate(g)})
+    try:
+        sections = dict(models=models(d), worst=worst(g), speed=speed(g), determinism=determinism(d))
+    except BaseException:
+        drawn()                                       # no child left behind
+        raise
     html = jenv.get_template("report.html").render(
         title=data.title or "Gated RMSNorm precision report",
         verdict={**verdict(d, data.exit_code), "headline": list(data.headline)},
-        models=models(d),
+        models=sections["models"],
         accuracy=accuracy(summary, declared),
         summary=_table(summary.assign(**{c: _num(summary[c]) for c in ["worst", "budget", "margin", "max_ulp",
                                                                          "max_scaled_err"]}),
                        {c: c for c in summary.columns}),
-        histograms=plots.histograms(g), heatmap=plots.heatmap(g), gate=plots.gate(g),
-        worst=worst(g), speed=speed(g), determinism=determinism(d),
+        **drawn(), worst=sections["worst"], speed=sections["speed"], determinism=sections["determinism"],
         baseline=None if data.baseline is None else baseline_diff(d, data.baseline),
         env={str(k): str(v) for k, v in (data.env or {}).items()},
     )

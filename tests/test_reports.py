@@ -396,3 +396,20 @@ def test_report_in_headless_chromium(tmp_path):
     colours, counts = np.unique(q, axis=0, return_counts=True)
     assert len(colours) > 20
     assert 1 - counts.max() / counts.sum() > 0.05, "screenshot is (almost) one colour"
+
+
+def test_figures_drawn_in_children_come_back_as_drawn():
+    """The report's figures draw in forked children; what comes back is what the job returned, and
+    a job that fails there runs again here, raising its own error."""
+    from harness.reports import plots
+    for cores in (plots.FORK_DRAWING_CORES, 1):                # in children; here, one after the other
+        assert plots.in_children({"a": lambda: [{"title": "t", "img": "data:x"}], "b": lambda: None}, cores)() == \
+            {"a": [{"title": "t", "img": "data:x"}], "b": None}
+
+        def broken():
+            raise ValueError("bad figure")
+        with pytest.raises(ValueError, match="bad figure"):
+            plots.in_children({"c": broken}, cores)()
+    import os
+    parent = os.getpid()
+    assert plots.in_children({"pid": os.getpid}, plots.FORK_DRAWING_CORES)()["pid"] != parent

@@ -65,10 +65,11 @@ def timing_line(timings: dict[str, float], impl_names: list[str]) -> str:
 
 
 def finish(results: Results, out: Path, device: str, impls, title: str, junit: str | None, no_report: bool,
-           backend: str = "auto", clock=None) -> int:
+           backend: str = "auto", clock=None, results_written: bool = False) -> int:
     """Print the summary and verdict, write summary.csv, report.html and JUnit; the exit code.
     `clock` (harness.commands.phases.Clock): marked once the files are written, and again once
-    the report is."""
+    the report is. `results_written`: `out`'s results.csv already holds the results (a sweep's
+    run directory), and is not written twice."""
     results.title, results.env = title, environment(device, impls, backend)
     if results.timings:
         results.env["time"] = timing_line(results.timings, [i.name for i in impls]).removeprefix("harness: time ")
@@ -82,7 +83,7 @@ def finish(results: Results, out: Path, device: str, impls, title: str, junit: s
     for line in results.verdict_lines():
         print(line)
     data = results.run_data()                  # the summary once, for the files and the report
-    written = results.write(out, report=False, data=data)
+    written = results.write(out, report=False, data=data, results_written=results_written)
     if junit:
         written.append(results.write_junit(junit, data))
     if clock is not None:
