@@ -30,8 +30,8 @@ MATCH = ["case_id", "impl", "output", "reference"]
 PAIR = ["case_id", "impl"]
 SECTIONS = ("verdict", "models", "accuracy", "histograms", "worst", "speed", "determinism", "baseline",
             "environment")
-NUMERIC = ("pair_seconds", "impl_seconds", "gpu_seconds", "bytes_moved", "floor_fraction", "differing_elements", "hidden",
-           "tokens", "n_elements")
+NUMERIC = ("pair_seconds", "impl_seconds", "gpu_seconds", "bytes_moved", "floor_fraction", "differing_elements",
+           "hidden", "tokens", "n_elements")
 
 
 # ---------------------------------------------------------------- formatting

@@ -26,8 +26,8 @@ _DETAIL = ("p99_ulp", "count_over", "n_elements", "cr_mismatch", "certified", "u
 _VERDICT = ("reference_kind", "reference_model", "reference_math", "budget_source", "regressed", "baseline_value",
             "reason", "replay")
 _RUN = ("suite", "harness_version", "impl_spec", "impl_hash", "pair_seconds", "impl_seconds", "gpu_seconds",
-        "gpu_method", "bytes_moved", "floor_fraction", "repeatable", "differing_elements", "differing_index", "differing_first", "differing_later",
-        "repeat_error", "inputs_modified", "notes", "schema_version")
+        "gpu_method", "bytes_moved", "floor_fraction", "repeatable", "differing_elements", "differing_index",
+        "differing_first", "differing_later", "repeat_error", "inputs_modified", "notes", "schema_version")
 
 STATUSES = ("pass", "fail", "error", "skip")
 # Text columns stay text when read back: a case id such as "060486302023" is not a number, and an
