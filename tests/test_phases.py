@@ -16,6 +16,8 @@ def test_phases_of_the_command_add_up():
                  "other": 0.75}
     r = rows(p, t)
     assert r["phase:total"] == 12.25 and r["share:implementations"] == 4.0 and r["share:harness"] == 6.0
+    assert (r["share:first_calls"], r["share:timed_calls"], r["share:references"], r["share:analysis"]) == \
+        (3.0, 1.0, 2.0, 4.0)
     assert "whole command 12.2 s" in line(p, t) or "whole command 12.3 s" in line(p, t)
     del c.marks["reported"]                                    # --no-report
     assert c.phases(t)["report"] == 0

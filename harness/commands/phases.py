@@ -10,8 +10,9 @@ timing.csv (`phase:*` rows) and the command's last line:
   total         the process's start to the last file written
 
 and the process-seconds split (`share:*`): the implementations' (their first calls, factory
-included, and the timed calls) against the harness's own (references and analysis, which
-include mpmath). The process's start is the kernel's (Linux: /proc/self/stat), so the interpreter's
+included — in a cold run, their compiling and autotuning — and the timed calls) against the
+harness's own (references and analysis, which include mpmath): a cold run's total is mostly the
+implementations' first calls, and the harness's part of it is what the harness can cut. The process's start is the kernel's (Linux: /proc/self/stat), so the interpreter's
 own start and the imports before any harness code count; elsewhere, the first call of `Clock()`."""
 from __future__ import annotations
 
@@ -53,9 +54,13 @@ class Clock:
 
 
 def shares(timings: dict[str, float]) -> dict[str, float]:
-    """Process-seconds: the implementations' calls against the harness's references and analysis."""
-    impl = sum(v for k, v in timings.items() if k.startswith("impl:")) + timings.get("timing", 0.0)
-    return {"implementations": impl, "harness": timings.get("references", 0.0) + timings.get("analysis", 0.0)}
+    """Process-seconds: the implementations' calls (`first_calls`: factory and judged call, where a
+    cold run compiles and autotunes; `timed_calls`: the repeats and timings after it) against the
+    harness's own (`references`, `analysis`)."""
+    first = sum(v for k, v in timings.items() if k.startswith("impl:"))
+    timed, refs, analysis = (timings.get(k, 0.0) for k in ("timing", "references", "analysis"))
+    return {"implementations": first + timed, "first_calls": first, "timed_calls": timed,
+            "harness": refs + analysis, "references": refs, "analysis": analysis}
 
 
 def rows(phases: dict[str, float], timings: dict[str, float]) -> dict[str, float]:
@@ -68,4 +73,5 @@ def line(phases: dict[str, float], timings: dict[str, float]) -> str:
     return (f"harness: whole command {phases['total']:.1f} s: startup {phases['startup']:.1f}, worker start "
             f"{phases['worker_start']:.1f}, sweep {phases['sweep']:.1f}, write {phases['write']:.1f}, report "
             f"{phases['report']:.1f}, other {phases['other']:.1f}; process-seconds: implementations "
-            f"{s['implementations']:.1f}, harness {s['harness']:.1f} (references and analysis)")
+            f"{s['implementations']:.1f} (first calls {s['first_calls']:.1f}), harness {s['harness']:.1f} "
+            f"(references {s['references']:.1f}, analysis {s['analysis']:.1f})")
