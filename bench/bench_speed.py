@@ -23,7 +23,7 @@ from pathlib import Path
 
 IMPLS = ["fla", "torch-compile", "torch"]
 SUITE = str(Path(__file__).parent / "suites" / "speed.toml")
-REPEATS = 200          # wall-timed and profiled calls
+REPEATS = 100          # wall-timed and profiled calls
 REPLAYS = 100          # graph replays per window (three windows, median)
 
 
