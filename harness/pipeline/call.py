@@ -230,7 +230,8 @@ def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats:
     seconds, method = gpu_time(lambda: _Call(module, weight, base), run, first,
                                lambda a, b: not any(r.count for r in differing(a, b).values()), repeats)
     moved = bytes_moved(base)
-    return got, Speed(wall, seconds, method, moved, moved / copy_bandwidth(device) / seconds)
+    floor = moved / copy_bandwidth(device) / seconds if seconds > 0 else math.nan      # NaN: no GPU time
+    return got, Speed(wall, seconds, method, moved, floor)
 
 
 def modified(call: _Call, weight, base: Inputs) -> tuple[str, ...]:
