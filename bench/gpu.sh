@@ -13,7 +13,10 @@
 #               class (fast), then at `accurate` (expected to fail, naming the float32 outputs next to
 #               large gates)
 #   full-cold   full for torch, torch-compile, fla, --jobs 16, caches emptied first; full-warm: again
-#   speed       speed beside accuracy at 8192x4096 bf16 (bench/bench_speed.py)
+#   speed       speed beside accuracy at 8192x4096 bf16 (bench/bench_speed.py: the harness's GPU time
+#               against wall, profiler and CUDA-graph timings made outside it), three times for the spread
+#   quick-cost  quick for the CUDA implementations (CUDA_IMPLS), caches emptied, then again warm, report
+#               included: the whole command as typed against timing.csv's phases (issue 29)
 #   reference   the float64 reference pass against the bandwidth floor (bench/bench_reference.py)
 #   hf-full     full on CUDA for the four HF adapters
 #   hf-field    the HF adapters of issue 28 (HF_FIELD below): quick and full on CUDA, identify each; they
@@ -59,6 +62,7 @@ step() {  # step NAME SECONDS CMD...: the command's output to the log, its exit 
   timeout "$t" "$@" >> "$LOG" 2>&1; local rc=$?
   echo "== $name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $s, 1))") s" | tee -a "$LOG"
 }
+timings() { for d in "$@"; do echo "== $d/timing.csv" >> "$LOG"; cat "$OUT/$d/timing.csv" >> "$LOG" 2>&1; done; }
 cold() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl mamba --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
 HF_FIELD="hf-qwen35 hf-qwen4exp hf-olmohybrid hf-laramini hf-nemotronh hf-granitemoehybrid hf-bamba"
@@ -83,7 +87,7 @@ TRITON_ACCURATE="--impl mamba@accurate --impl fla-gated@accurate --impl fla@accu
 for stage in "$@"; do
   case $stage in
     tests) step tests 300 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_accel.py tests/test_adapters.py \
-             tests/test_exhaustive.py ;;
+             tests/test_exhaustive.py tests/test_gputime.py ;;
     exhaustive) step exhaustive 400 python3 bench/bench_exhaustive.py --device cuda --cli ;;
     exhaustive-profile) step exhaustive-profile 120 python3 -m cProfile -s cumtime -m harness exhaustive --dtype bf16 \
              --device cuda --out "$OUT/ex-prof" ;;
@@ -103,10 +107,14 @@ for stage in "$@"; do
              --out "$OUT/mamba-full-accurate" --no-report --repeats 0 ;;
     full-cold) cold
       step full-cold 600 python3 -m harness run --impl torch --impl torch-compile --impl fla --cases full \
-           --device cuda --jobs 16 --out "$OUT/full" --no-report --repeats 0 ;;
+           --device cuda --jobs 16 --out "$OUT/full" --no-report --repeats 0; timings full ;;
     full-warm) step full-warm 600 python3 -m harness run --impl torch --impl torch-compile --impl fla --cases full \
-           --device cuda --jobs 16 --out "$OUT/full-warm" --no-report --repeats 0 ;;
-    speed) step speed 600 python3 bench/bench_speed.py --out "$OUT/speed" ;;
+           --device cuda --jobs 16 --out "$OUT/full-warm" --no-report --repeats 0; timings full-warm ;;
+    speed) for k in 1 2 3; do step "speed-$k" 240 python3 bench/bench_speed.py --out "$OUT/speed-$k"; done ;;
+    quick-cost) cold
+      step quick-cold 600 python3 -m harness run $CUDA_IMPLS --cases quick --device cuda --jobs 8 --out "$OUT/quick-cold"
+      step quick-warm 300 python3 -m harness run $CUDA_IMPLS --cases quick --device cuda --jobs 8 --out "$OUT/quick-warm"
+      timings quick-cold quick-warm ;;
     reference) step reference 300 python3 bench/bench_reference.py --repeat 50 ;;
     hf-full) step hf-full 600 python3 -m harness run --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 \
              --impl hf-zamba2 --cases full --device cuda --jobs 16 --out "$OUT/hf-full" --no-report --repeats 0 ;;

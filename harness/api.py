@@ -74,18 +74,28 @@ class Results:
             lines.append(f"harness: error: {len(self.unfinished)} of {self.planned} planned pairs did not finish")
         return lines
 
-    def write(self, directory, report: bool = True) -> list[Path]:
-        """results.csv, summary.csv and (unless report=False) report.html in `directory`."""
+    def write(self, directory, report: bool = True, data: RunData | None = None,
+              results_written: bool = False) -> list[Path]:
+        """results.csv, summary.csv and (unless report=False) report.html in `directory`; `data`:
+        run_data() if already made; `results_written`: results.csv there already holds `frame`
+        (the sweep wrote it), and is not written again."""
         rd = RunDir(directory).create("write")
-        rd.write_results(self.frame)
-        return [rd.results] + write_outputs(rd.path, self.run_data(), skip=() if report else ("report",))
+        if not results_written:
+            rd.write_results(self.frame)
+        return [rd.results] + write_outputs(rd.path, data or self.run_data(), skip=() if report else ("report",))
+
+    def write_report(self, directory, data: RunData | None = None) -> Path:
+        """report.html alone, in `directory`."""
+        path = Path(directory) / formats()["report"].filename
+        formats()["report"].write(data or self.run_data(), path)
+        return path
 
     def run_data(self) -> RunData:
         return RunData(self.frame, summarize(self.frame), self.exit_code, self.title, self.env, self.baseline,
                        self.suite, tuple(self.headline))
 
-    def write_junit(self, path) -> Path:
-        formats()["junit"].write(self.run_data(), Path(path))
+    def write_junit(self, path, data: RunData | None = None) -> Path:
+        formats()["junit"].write(data or self.run_data(), Path(path))
         return Path(path)
 
 

@@ -139,7 +139,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
               log: Callable[[str], None] | None = None) -> SweepResult:
     """Run the sweep; `progress(done, total, what, rows)` after each pair, `log(line)` for events.
     The caller holds the run directory's lock."""
-    t0 = time.time()
+    t0, m0 = time.time(), time.monotonic()
     rd = sw.rundir
     planned = {(c.case_id, i.name) for c in sw.cases for i in sw.impls}
     rd.clear([f for f in RUN_FILES if f not in (RESULTS, PAIR_TIMING)])      # an earlier run's report
@@ -228,6 +228,8 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
         raise failed[0]
     timings["wall"] = time.time() - t0
     timings["jobs"] = float(jobs)
+    ready = [p.ready_at for p in pipes if p.ready_at is not None]
+    timings["worker_start"] = min(ready) - m0 if ready else 0.0
     df = pd.concat([kept, pd.DataFrame(new_rows)], ignore_index=True) if new_rows else kept
     if len(df):
         df = results_frame(_suite_order(df, sw.cases, sw.impls))

@@ -93,7 +93,7 @@ class Process:
     leader, and the implementation's process's parent), the two sockets, and the thread that
     drains their output onto our stderr."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, warm_cuda: bool = False):
         impl, impl_child = socket.socketpair()
         judge, judge_child = socket.socketpair()
         env = dict(env)
@@ -102,7 +102,7 @@ class Process:
         # checkout's) is never the worker's harness; the command sends its own path, plug-ins included
         self.proc = subprocess.Popen(
             [sys.executable, "-P", "-m", "harness.pipeline.serve", str(impl_child.fileno()),
-             str(judge_child.fileno()), str(os.getpid())], pass_fds=(impl_child.fileno(), judge_child.fileno()), stdin=subprocess.DEVNULL,
+             str(judge_child.fileno()), str(os.getpid())] + (["warm-cuda"] if warm_cuda else []), pass_fds=(impl_child.fileno(), judge_child.fileno()), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         impl_child.close()
         judge_child.close()
@@ -208,11 +208,13 @@ def end_orphans_at_exit() -> None:
     atexit.register(kill_tree, os.getpid(), False)
 
 
-def prespawn(envs: list[dict]) -> None:
+def prespawn(envs: list[dict], warm_cuda: bool = False) -> None:
     """Start a worker per environment now, from the main thread (a worker dies with the thread that
-    started it), for Worker.start to take; drop_spares() ends those no sweep took."""
+    started it), for Worker.start to take; drop_spares() ends those no sweep took. `warm_cuda`
+    (a sweep that may run on CUDA): their implementation processes create their CUDA contexts
+    while this process still imports and plans."""
     for env in envs:
-        _SPARE.append((env, Process(env)))
+        _SPARE.append((env, Process(env, warm_cuda)))
 
 
 def drop_spares() -> None:

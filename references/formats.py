@@ -58,10 +58,18 @@ def _exponent(a: torch.Tensor, fmt: Format) -> torch.Tensor:
     """floor(log2|a|) clamped to emin (subnormals share the smallest normal's quantum), read from
     the float64 exponent field: for a normal float64 that is frexp's e - 1; zero and float64
     subnormals give -1023, below every format's emin (>= -1022); inf and NaN give -1, as
-    frexp's e = 0 does."""
-    e = ((a.view(torch.int64) >> 52) & 0x7FF) - 1023
-    e = torch.where(e == 1024, torch.full_like(e, -1), e)
-    return torch.clamp(e, min=fmt.emin)
+    frexp's e = 0 does. (In place on one int64 tensor: these run over every element of every
+    reference, and each pass and allocation shows in the harness's own time.)"""
+    e = (a.view(torch.int64) >> 52).bitwise_and_(0x7FF).sub_(1023)
+    return e.masked_fill_(e == 1024, -1).clamp_(min=fmt.emin)
+
+
+def _ulp_of_abs(a: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """ulp() of float64 |v| values `a`."""
+    if fmt.emin - fmt.precision + 1 >= -1022:
+        return _exponent(a, fmt).add_(1024 - fmt.precision).bitwise_left_shift_(52).view(torch.float64)
+    e = _exponent(a, fmt) - fmt.precision + 1
+    return torch.ldexp(torch.ones_like(a), e.to(a.dtype))
 
 
 def ulp(v: torch.Tensor, fmt: Format) -> torch.Tensor:
@@ -71,11 +79,7 @@ def ulp(v: torch.Tensor, fmt: Format) -> torch.Tensor:
     a power of two gets the finer ulp of its own binade. ulp(0) is the smallest subnormal. The
     power of two is built from its bits (a normal float64 for every format but fp64's subnormal
     quanta, which take ldexp)."""
-    v = v.to(torch.float64)
-    e = _exponent(v.abs(), fmt) - fmt.precision + 1
-    if fmt.emin - fmt.precision + 1 >= -1022:
-        return ((e + 1023) << 52).view(torch.float64)
-    return torch.ldexp(torch.ones_like(v), e.to(v.dtype))
+    return _ulp_of_abs(v.to(torch.float64).abs(), fmt)
 
 
 def round_to(v: torch.Tensor, fmt: Format) -> torch.Tensor:
@@ -86,11 +90,12 @@ def round_to(v: torch.Tensor, fmt: Format) -> torch.Tensor:
     v = v.to(torch.float64)
     if fmt.precision >= 53:
         return v.clone()
-    q = ulp(v, fmt)
-    r = torch.round(v.abs() / q) * q
-    r = torch.where(r > fmt.max, torch.full_like(r, math.inf), r)
-    r = torch.where(torch.isfinite(v), r, v.abs())
-    return torch.copysign(r, v)
+    a = v.abs()
+    q = _ulp_of_abs(a, fmt)
+    r = (a / q).round_().mul_(q)
+    r.masked_fill_(r > fmt.max, math.inf)
+    r = torch.where(torch.isfinite(v), r, a)
+    return r.copysign_(v)
 
 
 def to_dtype_exact(v: torch.Tensor, fmt: Format) -> torch.Tensor:

@@ -30,8 +30,8 @@ MATCH = ["case_id", "impl", "output", "reference"]
 PAIR = ["case_id", "impl"]
 SECTIONS = ("verdict", "models", "accuracy", "histograms", "worst", "speed", "determinism", "baseline",
             "environment")
-NUMERIC = ("pair_seconds", "impl_seconds", "bytes_moved", "floor_fraction", "differing_elements", "hidden",
-           "tokens", "n_elements")
+NUMERIC = ("pair_seconds", "impl_seconds", "gpu_seconds", "bytes_moved", "floor_fraction", "differing_elements",
+           "hidden", "tokens", "n_elements")
 
 
 # ---------------------------------------------------------------- formatting
@@ -189,10 +189,14 @@ def _ms(s: pd.Series) -> pd.Series:
 
 def speed(d: pd.DataFrame) -> dict:
     """Per implementation: the median warm forward + backward time over its timed cases and at its
-    largest case (tokens x hidden), the share of the copy-bandwidth floor (CUDA rows only), beside
-    its worst normal-regime errors against its declared model and the exact value."""
+    largest case — the GPU time where measured (CUDA: graph replay or the profiler's device time,
+    `gpu_method`), and beside it the host-inclusive wall time — the share of the copy-bandwidth
+    floor (from the GPU time), beside its worst normal-regime errors against its declared model and
+    the exact value."""
     pairs = d.drop_duplicates(PAIR)
     pairs = pairs.assign(_size=(pairs["tokens"] * pairs["hidden"]).fillna(pairs["n_elements"]))
+    if "gpu_seconds" not in pairs:                       # results.csv written before schema 4
+        pairs = pairs.assign(gpu_seconds=np.nan, gpu_method="")
     timed = pairs[pairs["impl_seconds"].notna()]
     normal = d[d["regime"] != "extreme"]
     rows = []
@@ -203,8 +207,11 @@ def speed(d: pd.DataFrame) -> dict:
         exact = r[r["reference"] == "exact"]
         mine = d[(d["impl"] == impl) & (d["rounding"] != "")]
         model = "" if mine.empty else ", ".join(x for x in (mine["rounding"].iloc[0], mine["math"].iloc[0]) if x)
-        rows.append({"impl": impl, "model": model,
-                     "n": len(t), "median": t["impl_seconds"].median(),
+        methods = sorted(m for m in t["gpu_method"].dropna().astype(str).unique() if m and m != "nan")
+        rows.append({"impl": impl, "model": model, "n": len(t),
+                     "gpu": t["gpu_seconds"].median(), "gpu_big": np.nan if big is None else big["gpu_seconds"],
+                     "method": "/".join(methods),
+                     "median": t["impl_seconds"].median(),
                      "big": np.nan if big is None else big["impl_seconds"],
                      "big_case": "" if big is None else big["label"],
                      "floor": t["floor_fraction"].median(),
@@ -212,14 +219,18 @@ def speed(d: pd.DataFrame) -> dict:
                      "ulp_m": own["max_ulp"].max(), "sc_m": own["max_scaled_err"].max(),
                      "ulp_x": exact["max_ulp"].max(), "sc_x": exact["max_scaled_err"].max(),
                      "ratio": r["_ratio"].max()})
-    s = pd.DataFrame(rows, columns=["impl", "model", "n", "median", "big", "big_case", "floor", "floor_big",
-                                    "ulp_m", "sc_m", "ulp_x", "sc_x", "ratio"])
+    s = pd.DataFrame(rows, columns=["impl", "model", "n", "gpu", "gpu_big", "method", "median", "big", "big_case",
+                                    "floor", "floor_big", "ulp_m", "sc_m", "ulp_x", "sc_x", "ratio"])
+    has_gpu = bool(s["gpu"].notna().any())
     has_floor = bool(s["floor"].notna().any())
-    s = s.assign(median=_ms(s["median"]), big=_ms(s["big"]), floor=_num(s["floor"] * 100, ".1f"),
-                 floor_big=_num(s["floor_big"] * 100, ".1f"),
+    s = s.assign(gpu=_ms(s["gpu"]), gpu_big=_ms(s["gpu_big"]), median=_ms(s["median"]), big=_ms(s["big"]),
+                 floor=_num(s["floor"] * 100, ".1f"), floor_big=_num(s["floor_big"] * 100, ".1f"),
                  ratio=_num(s["ratio"], ".3g"), **{c: _num(s[c]) for c in ("ulp_m", "sc_m", "ulp_x", "sc_x")})
-    cols = {"impl": "impl", "model": "declared model", "n": "cases timed", "median": "median time (ms)",
-            "big": "time at largest case (ms)", "big_case": "largest case"}
+    cols = {"impl": "impl", "model": "declared model", "n": "cases timed"}
+    if has_gpu:
+        cols |= {"gpu": "median GPU time (ms)", "gpu_big": "GPU time at largest case (ms)", "method": "GPU timing"}
+    cols |= {"median": "median wall time, host-inclusive (ms)", "big": "wall time at largest case (ms)",
+             "big_case": "largest case"}
     if has_floor:
         cols |= {"floor": "median % of bandwidth floor", "floor_big": "% of floor at largest case"}
     cols |= {"ulp_m": "worst ULP vs model", "sc_m": "worst scaled vs model", "ulp_x": "worst ULP vs exact",
@@ -229,8 +240,9 @@ def speed(d: pd.DataFrame) -> dict:
     exact = d[d["reference"] == "exact"]
     ratio = exact.groupby(PAIR, sort=False)["_ratio"].max().rename("_ratio").reset_index()
     plot_pairs = timed.drop(columns="_ratio").merge(ratio, on=PAIR, how="left")
-    return {"table": _table(s, cols), "has_floor": has_floor, "timed": int(len(timed)),
-            "plot": plots.speed(plot_pairs)}
+    plot_pairs = plot_pairs.assign(_seconds=plot_pairs["gpu_seconds"] if has_gpu else plot_pairs["impl_seconds"])
+    return {"table": _table(s, cols), "has_floor": has_floor, "has_gpu": has_gpu, "timed": int(len(timed)),
+            "plot": plots.speed(plot_pairs, "GPU time" if has_gpu else "wall time")}
 
 
 def determinism(d: pd.DataFrame) -> dict:
@@ -305,16 +317,22 @@ def render_report(data, path: Path) -> Path:
     declared = own.groupby("impl")["reference"].first().to_dict()
     jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                               undefined=jinja2.StrictUndefined)
+    drawn = plots.in_children({"histograms": lambda: plots.histograms(g), "heatmap": lambda: plots.heatmap(g),
+                               "gate": lambda: plots.gate(g)})
+    try:
+        sections = dict(models=models(d), worst=worst(g), speed=speed(g), determinism=determinism(d))
+    except BaseException:
+        drawn()                                       # no child left behind
+        raise
     html = jenv.get_template("report.html").render(
         title=data.title or "Gated RMSNorm precision report",
         verdict={**verdict(d, data.exit_code), "headline": list(data.headline)},
-        models=models(d),
+        models=sections["models"],
         accuracy=accuracy(summary, declared),
         summary=_table(summary.assign(**{c: _num(summary[c]) for c in ["worst", "budget", "margin", "max_ulp",
                                                                          "max_scaled_err"]}),
                        {c: c for c in summary.columns}),
-        histograms=plots.histograms(g), heatmap=plots.heatmap(g), gate=plots.gate(g),
-        worst=worst(g), speed=speed(g), determinism=determinism(d),
+        **drawn(), worst=sections["worst"], speed=sections["speed"], determinism=sections["determinism"],
         baseline=None if data.baseline is None else baseline_diff(d, data.baseline),
         env={str(k): str(v) for k, v in (data.env or {}).items()},
     )

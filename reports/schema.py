@@ -9,7 +9,9 @@ from harness.references.metrics import registry
 # 2: skip rows, op variants, dy_dist, every metric vs the model in ULP, timings
 # 3: math (the declared math class); fail_kind, the reference's kind, model and math class, what ran
 #    (impl_spec, impl_hash), inputs_modified, notes, the first differing element of a later call
-SCHEMA_VERSION = 3
+# 4: gpu_seconds and gpu_method (the GPU time of a forward + backward); floor_fraction from the GPU
+#    time; impl_seconds is the host-inclusive wall time on every device (it was CUDA events on a GPU)
+SCHEMA_VERSION = 4
 
 _SPEC = (
     "case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",
@@ -23,9 +25,9 @@ _DETAIL = ("p99_ulp", "count_over", "n_elements", "cr_mismatch", "certified", "u
            "worst_index", "worst_got", "worst_ref", "worst_inputs")
 _VERDICT = ("reference_kind", "reference_model", "reference_math", "budget_source", "regressed", "baseline_value",
             "reason", "replay")
-_RUN = ("suite", "harness_version", "impl_spec", "impl_hash", "pair_seconds", "impl_seconds", "bytes_moved",
-        "floor_fraction", "repeatable", "differing_elements", "differing_index", "differing_first", "differing_later",
-        "repeat_error", "inputs_modified", "notes", "schema_version")
+_RUN = ("suite", "harness_version", "impl_spec", "impl_hash", "pair_seconds", "impl_seconds", "gpu_seconds",
+        "gpu_method", "bytes_moved", "floor_fraction", "repeatable", "differing_elements", "differing_index",
+        "differing_first", "differing_later", "repeat_error", "inputs_modified", "notes", "schema_version")
 
 STATUSES = ("pass", "fail", "error", "skip")
 # Text columns stay text when read back: a case id such as "060486302023" is not a number, and an
@@ -35,11 +37,11 @@ TEXT_COLUMNS = ("case_id", "impl", "rounding", "device", "dtype", "gate_dtype", 
                 "out_dtype", "x_dist", "gamma_dist", "dy_dist", "worst_index", "worst_inputs", "budget_source",
                 "reason", "replay", "suite", "harness_version", "math", "activation", "fail_kind", "reference_kind",
                 "reference_model", "reference_math", "impl_spec", "impl_hash", "differing_index", "repeat_error",
-                "inputs_modified", "notes")
+                "inputs_modified", "notes", "gpu_method")
 INT_COLUMNS = ("cr_mismatch", "certified", "uncertified", "count_over", "n_elements", "hidden", "tokens", "seed",
                "group_size", "differing_elements", "bytes_moved", "schema_version")
 _NUMBERS = ("eps", "budget", "p99_ulp", "worst_got", "worst_ref", "baseline_value", "pair_seconds", "impl_seconds",
-            "floor_fraction")
+            "gpu_seconds", "floor_fraction")
 REQUIRED = ("case_id", "impl", "output", "reference", "status")
 KEY = ("case_id", "impl", "output", "reference")      # one row per key in a run
 

@@ -45,8 +45,8 @@ def normalize(df: pd.DataFrame) -> pd.DataFrame:
 
 def _numeric() -> set[str]:
     num = {"budget", "p99_ulp", "count_over", "n_elements", "hidden", "tokens", "eps", "cr_mismatch", "certified",
-           "uncertified", "worst_got", "worst_ref", "baseline_value", "impl_seconds", "differing_elements",
-           "group_size", "seed"}
+           "uncertified", "worst_got", "worst_ref", "baseline_value", "impl_seconds", "gpu_seconds",
+           "differing_elements", "group_size", "seed"}
     for m in registry().values():
         num |= {m.column} | ({m.mean_column} if m.mean_column else set())
     return num

@@ -54,3 +54,39 @@ def test_ties_to_even_overflow_and_specials():
     assert math.isnan(sp[0]) and sp[1] == -math.inf and math.copysign(1, sp[2]) == -1
     assert ulp(torch.tensor([0.0]), f16).item() == 2.0 ** -24
     assert FORMATS["bf16"].precision == 8 and FORMATS["fp16"].precision == 11
+
+
+def test_round_to_and_ulp_bit_for_bit_against_the_plain_formula():
+    """round_to and ulp work in place on the float64 bits (they run over every element of every
+    reference); on random bit patterns (NaN payloads, subnormals, infinities) and values near every
+    format's edges they give the bits of the plain formula: q = 2^(max(e, emin) - p + 1) from
+    frexp, round(|v| / q) * q, inf past the largest finite, non-finite passed through, the sign copied."""
+    import math
+
+    import torch
+
+    from harness.references.formats import FORMATS, round_to, ulp
+
+    def plain_ulp(v, f):
+        m, e = torch.frexp(v.abs())
+        e = torch.where(torch.isfinite(v) & (v != 0), e - 1, torch.where(v == 0, torch.full_like(e, -1023),
+                                                                          torch.full_like(e, -1)))
+        return torch.ldexp(torch.ones_like(v), (torch.clamp(e, min=f.emin) - f.precision + 1).to(torch.float64))
+
+    def plain_round(v, f):
+        q = plain_ulp(v, f)
+        r = torch.round(v.abs() / q) * q
+        r = torch.where(r > f.max, torch.full_like(r, math.inf), r)
+        return torch.copysign(torch.where(torch.isfinite(v), r, v.abs()), v)
+    g = torch.Generator().manual_seed(29)
+    v = torch.cat([torch.randint(-2**63, 2**63 - 1, (1 << 15,), dtype=torch.int64, generator=g).view(torch.float64),
+                   torch.randn(1 << 15, dtype=torch.float64, generator=g)
+                   * 2.0 ** torch.randint(-160, 140, (1 << 15,), generator=g).double(),
+                   torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 65504.0, 65520.0, 3.4e38, 3.5e38,
+                                 2.0 ** -149, 2.0 ** -150, 3 * 2.0 ** -151, 2.0 ** -24, 2.0 ** -25],
+                                dtype=torch.float64)])
+    normal = ~torch.isnan(v) & (v.abs() >= 2.0 ** -1022)          # frexp's exponent is the field's there
+    for name in ("bf16", "fp16", "fp32"):
+        f = FORMATS[name]
+        assert torch.equal(round_to(v, f).view(torch.int64), plain_round(v, f).view(torch.int64)), name
+        assert torch.equal(ulp(v[normal], f), plain_ulp(v[normal], f)), name

@@ -382,8 +382,13 @@ def test_a_record_from_the_implementations_process_is_data_never_code():
     rec = CallRecord("ran", outputs={"y": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)}, seconds=0.5)
     back = decode(encode(rec))
     assert torch.equal(back.outputs["y"], rec.outputs["y"]) and back.outputs["y"].dtype == torch.bfloat16
+    from harness.analysis.result import Speed
+    timed = decode(encode(CallRecord("ran", speed=Speed(2e-3, 4e-4, "graph", 1000, 0.5))))
+    assert timed.speed == Speed(2e-3, 4e-4, "graph", 1000, 0.5)
     good = encode(rec)
-    bad = [pickle.dumps(rec), b"HRC1" + good[4:12] + b"{not json" + good[21:],
+    bad = [pickle.dumps(rec),
+           encode(CallRecord("ran", speed=Speed(2e-3, 4e-4, "guess", 1000, 0.5))),     # a method not named
+           b"HRC1" + good[4:12] + b"{not json" + good[21:],
            good.replace(b'"bfloat16"', b'"complex64"'), good.replace(b'"ran"', b'"pass"'), good[:-2],
            good.replace(b'"outputs": {"y"', b'"outputs": {"z"')]
     for data in bad:

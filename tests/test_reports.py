@@ -224,7 +224,7 @@ def test_speed_section_on_cpu_omits_the_floor(tmp_path):
     rows += [row("fast", "a", "y", "pass", ulp=0.25, scaled=0.3, ref="model:chain", seconds=1e-3),
              row("slow", "a", "y", "pass", ulp=1.5, scaled=2.0, seconds=4e-2)]
     s = section(render(tmp_path, frame(rows)), "speed")
-    assert "bandwidth floor" not in s
+    assert "bandwidth floor" not in s and "GPU time" not in s and "host-inclusive" in s
     body = [text(r).strip() for r in re.findall(r"<tr>(.*?)</tr>", s[s.index("<tbody>"):], re.S)]
     # impl, model, cases timed, median ms, ms at the largest case and its label, worst ULP / scaled
     # vs model, vs exact, worst / budget
@@ -233,13 +233,17 @@ def test_speed_section_on_cpu_omits_the_floor(tmp_path):
     assert "data:image/png;base64," in s
 
 
-def test_speed_section_on_cuda_shows_the_floor(tmp_path):
-    rows = [row("k", c, "y", "pass", ulp=0.5, scaled=0.5, seconds=1e-4, tokens=t, floor_fraction=f,
-                bytes_moved=1000, device="cuda")
-            for c, t, f in [("a", 4, 0.1), ("b", 8, 0.2), ("c", 4096, 0.523)]]
+def test_speed_section_on_cuda_shows_the_gpu_time_and_the_floor(tmp_path):
+    rows = [row("k", c, "y", "pass", ulp=0.5, scaled=0.5, seconds=1e-3, tokens=t, floor_fraction=f,
+                bytes_moved=1000, device="cuda", gpu_seconds=g, gpu_method=m)
+            for c, t, f, g, m in [("a", 4, 0.1, 1e-4, "graph"), ("b", 8, 0.2, 2e-4, "profiler"),
+                                  ("c", 4096, 0.523, 3e-4, "graph")]]
     s = section(render(tmp_path, frame(rows)), "speed")
     assert "median % of bandwidth floor" in s and "% of floor at largest case" in s
+    assert "median GPU time (ms)" in s and "median wall time, host-inclusive (ms)" in s
     assert re.search(r"<td>20\.0</td>\s*<td>52\.3</td>", s)
+    # GPU median, at the largest case, the methods used; then the wall time's
+    assert re.search(r"<td>0\.2</td>\s*<td>0\.3</td>\s*<td>graph/profiler</td>\s*<td>1</td>", s)
 
 
 def test_determinism_lists_non_repeatable_outputs(tmp_path):
@@ -386,3 +390,20 @@ def test_report_in_headless_chromium(tmp_path):
     colours, counts = np.unique(q, axis=0, return_counts=True)
     assert len(colours) > 20
     assert 1 - counts.max() / counts.sum() > 0.05, "screenshot is (almost) one colour"
+
+
+def test_figures_drawn_in_children_come_back_as_drawn():
+    """The report's figures draw in forked children; what comes back is what the job returned, and
+    a job that fails there runs again here, raising its own error."""
+    from harness.reports import plots
+    for cores in (plots.FORK_DRAWING_CORES, 1):                # in children; here, one after the other
+        assert plots.in_children({"a": lambda: [{"title": "t", "img": "data:x"}], "b": lambda: None}, cores)() == \
+            {"a": [{"title": "t", "img": "data:x"}], "b": None}
+
+        def broken():
+            raise ValueError("bad figure")
+        with pytest.raises(ValueError, match="bad figure"):
+            plots.in_children({"c": broken}, cores)()
+    import os
+    parent = os.getpid()
+    assert plots.in_children({"pid": os.getpid}, plots.FORK_DRAWING_CORES)()["pid"] != parent

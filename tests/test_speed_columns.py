@@ -58,6 +58,15 @@ def test_timing_and_determinism_columns(env):
     assert (df["impl_seconds"] > 0).all() and df["repeatable"].all() and (df["differing_elements"] == 0).all()
     assert df["bytes_moved"].isna().all() and df["floor_fraction"].isna().all()       # no floor on the CPU
     assert (df.groupby("case_id")["impl_seconds"].nunique() == 1).all()                  # one figure a pair
+    assert df["gpu_seconds"].isna().all() and df["gpu_method"].isna().all()             # no GPU time on the CPU
+    t = dict(pd.read_csv(env / "o" / "timing.csv").itertuples(index=False))
+    phases = {k.removeprefix("phase:"): v for k, v in t.items() if k.startswith("phase:")}
+    assert set(phases) == {"startup", "worker_start", "sweep", "write", "report", "other", "total"}
+    assert phases["report"] == 0 and min(phases.values()) >= -0.01 and phases["sweep"] > 0
+    assert phases["total"] >= phases["startup"] + phases["sweep"] + phases["write"]
+    assert phases["worker_start"] + phases["sweep"] == pytest.approx(t["wall"])
+    assert t["share:implementations"] == pytest.approx(t["impl:torch"] + t["timing"])
+    assert t["share:harness"] == pytest.approx(t["references"] + t["analysis"])
     assert main(["run", "--impl", "torch", "--cases", "s.toml", "--device", "cpu", "--out", "o0", "--repeats", "0",
                  "--no-report"]) == 0
     assert results(env / "o0")["impl_seconds"].isna().all()

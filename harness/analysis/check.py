@@ -167,7 +167,8 @@ def rows(r: PairResult) -> list[dict]:
                        differing_index=",".join(map(str, rp.index)), differing_first=rp.first,
                        differing_later=rp.later, repeat_error=rp.error)
         if r.speed is not None and c.status in ("pass", "fail"):
-            row.update(impl_seconds=r.speed.impl_seconds, bytes_moved=r.speed.bytes_moved,
+            row.update(impl_seconds=r.speed.impl_seconds, gpu_seconds=r.speed.gpu_seconds,
+                       gpu_method=r.speed.gpu_method, bytes_moved=r.speed.bytes_moved,
                        floor_fraction=r.speed.floor_fraction)
         out.append(row)
     return out

@@ -130,9 +130,14 @@ class Check:
 
 @dataclass(frozen=True)
 class Speed:
-    """Warm calls after the judged one: the median forward + backward, and on CUDA the bytes a
-    fused call must move and the share of the copy-bandwidth floor that time reaches."""
+    """Warm calls after the judged one. `impl_seconds`: the median wall time of a forward +
+    backward, host-inclusive (Python, launches, the final sync); on CUDA also `gpu_seconds`, the
+    GPU time of one (`gpu_method`: "graph", CUDA-graph replay; "profiler", torch.profiler's summed
+    device time; "" where neither worked), the bytes a fused call must move, and the share of the
+    copy-bandwidth floor the GPU time reaches."""
     impl_seconds: float = math.nan
+    gpu_seconds: float = math.nan
+    gpu_method: str = ""
     bytes_moved: int | None = None
     floor_fraction: float = math.nan
 

@@ -65,16 +65,32 @@ def timing_line(timings: dict[str, float], impl_names: list[str]) -> str:
 
 
 def finish(results: Results, out: Path, device: str, impls, title: str, junit: str | None, no_report: bool,
-           backend: str = "auto") -> int:
-    """Print the summary and verdict, write summary.csv, report.html and JUnit; the exit code."""
+           backend: str = "auto", clock=None, results_written: bool = False) -> int:
+    """Print the summary and verdict, write summary.csv, report.html and JUnit; the exit code.
+    `clock` (harness.commands.phases.Clock): marked once the files are written, and again once
+    the report is. `results_written`: `out`'s results.csv already holds the results (a sweep's
+    run directory), and is not written twice."""
     results.title, results.env = title, environment(device, impls, backend)
     if results.timings:
         results.env["time"] = timing_line(results.timings, [i.name for i in impls]).removeprefix("harness: time ")
+    if clock is not None and "swept" in clock.marks:          # the phases known before the files are written
+        t = results.timings
+        results.env["phases"] = (f"startup {clock.marks['sweep'] - clock.start:.1f} s, worker start "
+                                 f"{t.get('worker_start', 0.0):.1f} s, sweep "
+                                 f"{t.get('wall', 0.0) - t.get('worker_start', 0.0):.1f} s (the files after it: "
+                                 f"timing.csv)")
     print(summary_table(results.frame))
     for line in results.verdict_lines():
         print(line)
-    written = results.write(out, report=not no_report)
+    data = results.run_data()                  # the summary once, for the files and the report
+    written = results.write(out, report=False, data=data, results_written=results_written)
     if junit:
-        written.append(results.write_junit(junit))
+        written.append(results.write_junit(junit, data))
+    if clock is not None:
+        clock.mark("written")
+    if not no_report:
+        written.insert(1, results.write_report(out, data))
+        if clock is not None:
+            clock.mark("reported")
     print("harness: wrote " + ", ".join(str(p) for p in written))
     return results.exit_code

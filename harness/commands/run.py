@@ -7,6 +7,9 @@ import pandas as pd
 
 from harness.api import Results, check_run_options, load_baseline, plan, run_plan
 from harness.commands import EXIT_OK, Progress, err
+from harness.commands.phases import Clock
+from harness.commands.phases import line as phase_line
+from harness.commands.phases import rows as phase_rows
 from harness.commands.common import (check_output_file, finish, nondeterminism, parse_gpus, parse_shard,
                                      timing_line)
 from harness.references.errors import UsageError
@@ -14,6 +17,7 @@ from harness.reports.rundir import TIMING, RunDir, read_csv, read_results
 
 
 def cmd_run(args) -> int:
+    clock = Clock()
     if args.cases == "hypothesis":
         from harness.commands.explore import cmd_explore
         return cmd_explore(args)
@@ -29,11 +33,26 @@ def cmd_run(args) -> int:
     with rd.lock():                 # to the last report: a second run into --out fails at once
         err(f"harness: {len(p.cases)} cases x {len(p.impls)} implementation(s) "
             f"[{', '.join(f'{i.name} ({i.rounding.name}, {i.math.label})' for i in p.impls)}] on {p.settings.device}")
+        clock.mark("sweep")
         results = run_plan(p, args.out, resume=args.resume, jobs=args.jobs, timeout=args.timeout,
                            isolate=args.isolate, threads=args.threads, gpus=gpus, progress=Progress(), log=err)
+        clock.mark("swept")
         err(timing_line(results.timings, [i.name for i in p.impls]))
-        return finish(results, Path(args.out), p.settings.device, p.impls, f"{p.suite}: {', '.join(args.impl)}",
-                      args.junit, args.no_report, args.reference_backend)
+        code = finish(results, Path(args.out), p.settings.device, p.impls, f"{p.suite}: {', '.join(args.impl)}",
+                      args.junit, args.no_report, args.reference_backend, clock,
+                      results_written=len(results.frame) > 0)     # the sweep wrote it
+        clock.mark("end")
+        record_phases(rd, clock, results.timings)
+        return code
+
+
+def record_phases(rd: RunDir, clock: Clock, timings: dict[str, float]) -> None:
+    """The whole command's phases and process-seconds split: timing.csv's rows after the sweep's
+    own, and one line on standard error."""
+    phases = clock.phases(timings)
+    rows = {**dict(sorted(timings.items())), **phase_rows(phases, timings)}
+    rd.write_frame(TIMING, pd.DataFrame(list(rows.items()), columns=["stage", "seconds"]))
+    err(phase_line(phases, timings))
 
 
 def preload_outputs(skip: tuple[str, ...]) -> None:
@@ -82,6 +101,9 @@ def cmd_report(args) -> int:
         try:
             t = dict(read_csv(rd.file(TIMING), text=("stage",)).itertuples(index=False))
             env["time"] = timing_line(t, list(dict.fromkeys(df["impl"]))).removeprefix("harness: time ")
+            if "phase:total" in t:
+                env["phases"] = phase_line({k.removeprefix("phase:"): v for k, v in t.items()
+                                            if k.startswith("phase:")}, t).removeprefix("harness: ")
         except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
             pass
     write_outputs(rd.path, RunData(df, summarize(df), r.exit_code, rd.path.name, env, baseline))

@@ -188,19 +188,22 @@ def _worse(a: dict[str, Repeat], b: dict[str, Repeat]) -> dict[str, Repeat]:
     return {k: (b[k] if b.get(k, Repeat()).count > a[k].count else a[k]) for k in a}
 
 
-def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats: int) -> tuple[dict, float]:
+def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats: int) -> tuple[dict, Speed | None]:
     """A second call (compared with the first), then on a GPU WARMUP_SECONDS of untimed ones, then
     `repeats` timed calls — each on fresh copies, prepared before the clock starts — of which the
-    last is compared too. (per-output Repeat, median seconds of a timed call or NaN)."""
+    last is compared too; their median wall time (host-inclusive: Python, launches, the final
+    sync) and, on a GPU, the call's GPU time (harness.pipeline.gputime), measured after everything
+    compared. (per-output Repeat, Speed or None)."""
     call = _Call(module, weight, base)
     y = call.forward()
     call.backward(y)
     _sync(device)
     got = differing(first, {"y": y, **call.grads()})
     if not repeats:
-        return got, math.nan
+        return got, None
+    cuda = device.startswith("cuda")
     t0 = time.perf_counter()
-    while device.startswith("cuda") and time.perf_counter() - t0 < WARMUP_SECONDS:
+    while cuda and time.perf_counter() - t0 < WARMUP_SECONDS:
         c = _Call(module, weight, base)
         c.backward(c.forward())
         _sync(device)
@@ -208,21 +211,27 @@ def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats:
     for _ in range(repeats):
         c = _Call(module, weight, base)
         _sync(device)
-        if device.startswith("cuda"):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
         t1 = time.perf_counter()
         y = c.forward()
         y.backward(c.dy)
-        if device.startswith("cuda"):
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            times.append(time.perf_counter() - t1)
+        _sync(device)
+        times.append(time.perf_counter() - t1)
     got = _worse(got, differing(first, {"y": y, **c.grads()}))
     times.sort()
-    return got, times[len(times) // 2]
+    wall = times[len(times) // 2]
+    if not cuda:
+        return got, Speed(wall)
+    from harness.pipeline.gputime import gpu_time
+
+    def run(c: _Call) -> dict:
+        out = c.forward()
+        out.backward(c.dy)
+        return {"y": out, **c.grads()}
+    seconds, method = gpu_time(lambda: _Call(module, weight, base), run, first,
+                               lambda a, b: not any(r.count for r in differing(a, b).values()), repeats)
+    moved = bytes_moved(base)
+    floor = moved / copy_bandwidth(device) / seconds if seconds > 0 else math.nan      # NaN: no GPU time
+    return got, Speed(wall, seconds, method, moved, floor)
 
 
 def modified(call: _Call, weight, base: Inputs) -> tuple[str, ...]:
@@ -269,8 +278,7 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
     if outputs:
         rec.inputs_modified = modified(call, weight, base)
         try:
-            rec.repeats, seconds = later_calls(module, weight, base, outputs, s.device, s.timed_calls)
-            rec.speed = _speed(base, s.device, seconds)
+            rec.repeats, rec.speed = later_calls(module, weight, base, outputs, s.device, s.timed_calls)
         except BaseException as e:                # a later call that fails: not repeatable
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -281,13 +289,6 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
         fpenv.restore()
     rec.notes = tuple(notes)
     return rec
-
-
-def _speed(base: Inputs, device: str, seconds: float) -> Speed:
-    if not device.startswith("cuda") or math.isnan(seconds):
-        return Speed(seconds)
-    moved = bytes_moved(base)
-    return Speed(seconds, moved, moved / copy_bandwidth(device) / seconds)
 
 
 def bytes_moved(inp: Inputs) -> int:

@@ -48,6 +48,7 @@ class Pipeline:
         self._worker_args = dict(env=env, on_start=on_start, log=log, pinned=pinned)
         self._worker = None
         self._judge = None
+        self.ready_at: float | None = None          # time.monotonic() when its worker was first ready
 
     def run(self, case: Case, impl: Implementation) -> PairResult:
         return next(self.run_many([(case, impl)]))
@@ -109,5 +110,6 @@ class Pipeline:
 
     def close(self) -> None:
         if self._worker is not None:
+            self.ready_at = self._worker.ready_at
             self._worker.stop()
             self._worker = None

@@ -38,6 +38,7 @@ class Worker:
                  log: Callable[[str], None] | None = None, pinned: tuple[str, list[str]] | None = None):
         self.settings, self.env, self.on_start, self.log, self.pinned = settings, env, on_start, log, pinned
         self.p: Process | None = None
+        self.ready_at: float | None = None              # time.monotonic() when it was first ready
         self.last = ""                                  # the last pair it ran, for that line
 
     @property
@@ -68,6 +69,8 @@ class Worker:
             self.stop()
             return f"the worker could not start: {why}"
         self.p.impl_pid = payload[1]
+        if self.ready_at is None:
+            self.ready_at = time.monotonic()
         return None
 
     def _ready(self) -> Process:

@@ -55,10 +55,24 @@ def escaped(e: BaseException) -> str:
     return f"the pair raised {type(e).__name__}: {str(e).strip()[:200]} ({tb[-1500:]})"
 
 
-def implementation_loop(conn: Connection) -> int:
+def warm_cuda() -> None:
+    """Create this process's CUDA context now (a worker the command line started for a CUDA sweep,
+    while the command still imports and plans): otherwise the first pair's calls wait for it. On a
+    machine without CUDA, nothing; a failure here is the first pair's to report."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            torch.empty(1, device="cuda")
+    except Exception:              # noqa: BLE001 — the pair that needs CUDA says why
+        pass
+
+
+def implementation_loop(conn: Connection, warm: bool = False) -> int:
     from harness.impls.registry import resolve
     from harness.pipeline.call import CallRecord, run_calls
     from harness.pipeline.wire import encode
+    if warm:
+        warm_cuda()
     try:
         _, settings, path, pinned = conn.recv()
     except EOFError:
@@ -136,9 +150,10 @@ def judge_loop(conn: Connection, child: int) -> int:
             conn.send(("crash", escaped(e)))
 
 
-def main(impl_fd: int, judge_fd: int, parent: int) -> int:
+def main(impl_fd: int, judge_fd: int, parent: int, warm: bool = False) -> int:
     """The imports first (a spare worker does them while the command checks its input), then the
-    fork, then each side's loop."""
+    fork, then each side's loop; `warm`: the implementation's process creates its CUDA context
+    before it waits for its settings (a spare worker for a CUDA sweep)."""
     die_with_parent(parent)
     first_to_go()
     impl, judge = Connection(impl_fd), Connection(judge_fd)
@@ -157,10 +172,10 @@ def main(impl_fd: int, judge_fd: int, parent: int) -> int:
         judge.close()
         os.setsid()
         die_with_parent(me)
-        return implementation_loop(impl)
+        return implementation_loop(impl, warm)
     impl.close()                               # the judge: no implementation's code runs here
     return judge_loop(judge, child)
 
 
 if __name__ == "__main__":
-    exit_now(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
+    exit_now(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:] == ["warm-cuda"]))

@@ -20,6 +20,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 _NAMES = {v: k for k, v in DTYPES.items()}
 STATUSES = ("ran", "skip", "error")
 INPUTS = ("x", "gate", "weight", "dy")
+GPU_METHODS = ("graph", "profiler", "")
 
 
 class WireError(ValueError):
@@ -40,8 +41,8 @@ def encode(rec: CallRecord) -> bytes:
         "repeats": {k: [r.count, list(r.index), r.first, r.later, r.error] for k, r in rec.repeats.items()},
         "inputs_modified": list(rec.inputs_modified), "notes": list(rec.notes),
         "seconds": rec.seconds, "timing_seconds": rec.timing_seconds,
-        "speed": None if rec.speed is None else [rec.speed.impl_seconds, rec.speed.bytes_moved,
-                                                 rec.speed.floor_fraction],
+        "speed": None if rec.speed is None else [rec.speed.impl_seconds, rec.speed.gpu_seconds, rec.speed.gpu_method,
+                                                 rec.speed.bytes_moved, rec.speed.floor_fraction],
     }
     h = json.dumps(head).encode()
     return MAGIC + struct.pack(">Q", len(h)) + h + b"".join(chunks)
@@ -119,9 +120,9 @@ def decode(data: bytes | bytearray) -> CallRecord:
     _want(isinstance(head["notes"], list), "notes")
     speed = head["speed"]
     if speed is not None:
-        _want(isinstance(speed, list) and len(speed) == 3, "speed")
-        speed = Speed(_num(speed[0], "speed"), None if speed[1] is None else _int(speed[1], "speed"),
-                      _num(speed[2], "speed"))
+        _want(isinstance(speed, list) and len(speed) == 5 and speed[2] in GPU_METHODS, "speed")
+        speed = Speed(_num(speed[0], "speed"), _num(speed[1], "speed"), speed[2],
+                      None if speed[3] is None else _int(speed[3], "speed"), _num(speed[4], "speed"))
     return CallRecord(head["status"], _text(head["text"], "text"), outputs, problems, repeats,
                       tuple(head["inputs_modified"]), tuple(_text(t, "notes") for t in head["notes"]),
                       _num(head["seconds"], "seconds"), _num(head["timing_seconds"], "timing_seconds"), speed)
