@@ -144,7 +144,8 @@ class _Call:
         y.backward(self.dy)
 
     def grads(self) -> dict:
-        return {"dx": self.x.grad, "dgate": self.gate.grad, "dweight": self.weight.grad}
+        """The backward's outputs (none for a call without one)."""
+        return {"dx": self.x.grad, "dgate": self.gate.grad, "dweight": self.weight.grad} if self.grad else {}
 
 
 def expected(inp: Inputs, act_dtype: torch.dtype) -> dict[str, tuple]:
