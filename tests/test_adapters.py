@@ -23,7 +23,7 @@ from harness.impls.registry import builtins
 from harness.references.errors import Unsupported, UsageError
 from harness.references.models import builtin_models
 
-OUTPUTS = {"y", "dx", "dgate", "dweight"}
+OUTPUTS = {"y", "y_infer", "dx", "dgate", "dweight"}
 HF_NAMES = [c.name for c in hf.CLASSES]
 BY_NAME = {c.name: c for c in hf.CLASSES}
 GATE_FIRST_ONLY = {c.name for c in hf.CLASSES if c.order == "gate"}

@@ -63,9 +63,9 @@ def test_run_passing_suite_in_workers(capsys, tmp_path, suite):
     assert "harness: 40 pass, 0 fail, 0 error, 0 skip" in out
     df = read_results(out_dir / "results.csv")
     assert list(df.columns[:len(SPEC_COLUMNS)]) == SPEC_COLUMNS and set(df.columns) == set(columns())
-    assert len(df) == 5 * 8 and not df.duplicated(KEY).any()
+    assert len(df) == 5 * 10 and not df.duplicated(KEY).any()
     assert set(df["status"]) == {"pass"} and set(df["impl"]) == {"torch"} and set(df["device"]) == {"cpu"}
-    assert set(df["output"]) == {"y", "dx", "dgate", "dweight"}
+    assert set(df["output"]) == {"y", "y_infer", "dx", "dgate", "dweight"}
     assert set(df["reference"]) == {"exact", "model:chain"}
     assert list(dict.fromkeys(df["case_id"])) == [c.case_id for c in load_suite(suite).cases]   # suite order
     assert df["replay"].str.startswith("harness replay ").all() and (df["impl_seconds"] > 0).all()
@@ -170,7 +170,7 @@ def test_a_new_run_replaces_the_old_one(capsys, tmp_path, suite):
     one.write_text('[[group]]\ndtype = ["bf16"]\nshape = [[4, 8]]\n')
     assert run(capsys, "run", "--impl", "torch", "--cases", one, "--out", out_dir, *FAST)[0] == 0
     df = read_results(out_dir / "results.csv")
-    assert set(df["impl"]) == {"torch"} and len(df) == 8
+    assert set(df["impl"]) == {"torch"} and len(df) == 10
     assert len(pd.read_csv(out_dir / "pair-timing.csv")) == 1
 
 
@@ -270,7 +270,7 @@ def test_numeric_looking_case_id_survives_resume_and_baseline(capsys, tmp_path):
     assert run(capsys, *args, "--resume")[0] == 0
     assert run(capsys, *args, "--baseline", out)[0] == 0
     df = read_results(out / "results.csv")
-    assert len(df) == 8 and (df["case_id"] == cid).all()
+    assert len(df) == 10 and (df["case_id"] == cid).all()
 
 
 def test_hypothesis_run_writes_results_summary_and_report(capsys, tmp_path):

@@ -258,7 +258,7 @@ def test_the_results_are_what_the_judges_sent(swept):
     command writes, and its exit code, come from the rows it holds."""
     code, df = swept
     assert code == 1
-    assert len(df) == len(IMPLS) * 4 * 8 and not df.duplicated(["case_id", "impl", "output", "reference"]).any()
+    assert len(df) == len(IMPLS) * 4 * 10 and not df.duplicated(["case_id", "impl", "output", "reference"]).any()
     bad = rows(df, "rewrites")
     assert (bad[bad["hidden"] == 32]["status"] == "fail").any() and (bad[bad["hidden"] == 16]["status"] == "pass").all()
 

@@ -153,7 +153,7 @@ def test_failure_record_skips_isolation_and_out(project, tmp_path):
     assert f"FAILED test_it.py::test_k[{fp16}-fp16_4x64_eps=1e-05_x:standard_gate:normal_gamma:one-bad]" in out
     with open(tmp_path / "out" / "results.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 6 * 8 and {r["status"] for r in rows} == {"pass", "fail", "skip", "error"}
+    assert len(rows) == 6 * 10 and {r["status"] for r in rows} == {"pass", "fail", "skip", "error"}
     assert {(r["impl"], r["case_id"]) for r in rows if r["status"] == "skip"} == {("good", fp16)}
     assert (tmp_path / "out" / "report.html").is_file() and not (tmp_path / "out" / ".parts").exists()
 

@@ -147,7 +147,7 @@ def test_exits_crashes_and_memory_become_error_rows_and_are_not_retried(capsys, 
     code, stdout, err = run(capsys, *args)
     assert code == 1, stdout + err                      # never 0, and not "unfinished" either
     df = read_results(out / "results.csv")
-    assert (pairs(df) == 8).all() and len(pairs(df)) == 2 * (len(CRASHES) + 1)
+    assert (pairs(df) == 10).all() and len(pairs(df)) == 2 * (len(CRASHES) + 1)
     bad = df[df["hidden"] == 16]
     good = df[df["hidden"] == 32]
     for name, (_, says) in CRASHES.items():
@@ -241,7 +241,7 @@ def test_resume_regates_kept_rows_and_drops_other_impls_and_suites(capsys, tmp_p
     code, o, e = run(capsys, *base, "--impl", "torch", "--cases", one, "--budgets", worse, "--resume")
     assert code == 0, o + e
     kept = read_results(out / "results.csv")
-    assert set(kept["impl"]) == {"torch"} and set(kept["hidden"]) == {32} and len(kept) == 8
+    assert set(kept["impl"]) == {"torch"} and set(kept["hidden"]) == {32} and len(kept) == 10
     assert all(seconds[k] == s for k, s in zip(zip(kept["case_id"], kept["impl"]), kept["pair_seconds"]))
 
     # a tighter budget file at resume fails kept rows without running them again ...
@@ -313,7 +313,7 @@ def test_second_run_fails_naming_the_first_and_kill_9_leaves_no_worker(capsys, p
             if a.poll() is not None:
                 raise AssertionError(f"run A ended: {a.communicate()}")
             return len(workers()) == 2 and (out / "results.csv").exists() and \
-                len(read_results(out / "results.csv")) == 8 and calls(plug, "slow") == 2
+                len(read_results(out / "results.csv")) == 10 and calls(plug, "slow") == 2
         _wait_for(two_pairs_and_a_waiting_worker, 240, "run A's two workers and its first pair")
         assert lock.read_text().startswith(f"pid {a.pid} ")
 

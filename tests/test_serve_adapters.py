@@ -188,8 +188,13 @@ def test_a_group_wider_than_64k_is_declined():
 @needs_cuda
 @pytest.mark.parametrize("name", ["vllm-gated", "sglang-gated", "sglang-fused"])
 def test_the_kernels_on_cuda(name):
-    impl = harness.impls.registry.builtins()[name]
+    """The real kernels (bench/gpu.sh `serve`: sglang installed, vLLM's file on PYTHONPATH): y and
+    y_infer within their declared model on the cases each takes; nothing else measured."""
+    from harness.impls.registry import builtins
+    impl = builtins()[name]
     if impl.unavailable:
         pytest.skip(impl.unavailable)
-    rows = harness.verify(name, cases="quick", device="cuda").frame
-    assert (rows[rows["output"].isin(["y", "y_infer"])]["status"] != "fail").all()
+    rows = harness.verify(name, cases=CASES, device="cuda").frame
+    ran = rows[rows["status"] != "skip"]
+    assert len(ran) and set(ran["output"]) == {"y", "y_infer"}
+    assert (ran["status"] == "pass").all(), ran[ran["status"] != "pass"][["case_id", "output", "reason"]]
