@@ -353,7 +353,7 @@ zc_plus_one_in_weight_dtype = _mutant("zc_plus_one_in_weight_dtype", _ZcPlusOneI
                                       "weight + 1.0 formed in the weight's dtype before fla's fused kernel — "
                                       "Megatron-LM PR #5821", **_FUSED)
 inference_path_silu_in_bf16 = _mutant("inference_path_silu_in_bf16", InferencePathSiluInBf16, "SiLU in bf16 "
-                                      "only where grad is disabled (torch.no_grad, torch.inference_mode) — issue 28")
+                                      "only where grad is disabled (torch.no_grad, torch.inference_mode) — issue #28")
 
 
 def spec(name: str) -> str:

@@ -146,10 +146,10 @@ def test_resume_after_a_kill_mid_write(capsys, tmp_path, suite):
     args = ["run", "--impl", "torch", "--impl", "torch-fused", "--cases", suite, "--out", out_dir, *FAST]
     assert run(capsys, *args)[0] == 0
     full = read_results(out_dir / "results.csv")
-    assert len(full) == 5 * 2 * 8
+    assert len(full) == 5 * 2 * 10
     lines = (out_dir / "results.csv").read_text().splitlines(keepends=True)
     # header + 3 finished pairs + 3 rows of the 4th pair + a torn half line (killed mid-write)
-    kept = lines[: 1 + 3 * 8 + 3] + [lines[1 + 3 * 8 + 3][:40]]
+    kept = lines[: 1 + 3 * 10 + 3] + [lines[1 + 3 * 10 + 3][:40]]
     (out_dir / "results.csv").write_text("".join(kept))
     code, out, err = run(capsys, *args, "--resume")
     assert code == 0, out + err

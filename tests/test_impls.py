@@ -191,7 +191,7 @@ def test_wrong_dgate_dtype_is_a_fail_row(tmp_path, monkeypatch):
     assert len(dg) == 2 and all(r["status"] == "fail" for r in dg)
     assert {r["reason"] for r in dg} == {"dgate dtype bfloat16, expected float32"}
     others = [r for r in rows if r["output"] != "dgate"]
-    assert len(others) == 6 and all(r["status"] in ("pass", "fail") for r in others)
+    assert len(others) == 8 and all(r["status"] in ("pass", "fail") for r in others)
 
 
 def test_wrong_y_dtype_is_a_fail_row(tmp_path, monkeypatch):
@@ -205,7 +205,8 @@ def test_wrong_y_dtype_is_a_fail_row(tmp_path, monkeypatch):
             return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
     """)
     rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
-    assert problems(rec) == {"y": "y dtype float32, expected bfloat16"}
+    assert problems(rec) == {"y": "y dtype float32, expected bfloat16",
+                             "y_infer": "under torch.inference_mode(): y dtype float32, expected bfloat16"}
     y = [r for r in rows if r["output"] == "y"]
     assert {r["status"] for r in y} == {"fail"} and {r["reason"] for r in y} == {problems(rec)["y"]}
 

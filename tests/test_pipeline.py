@@ -326,7 +326,8 @@ def test_a_tensor_subclass_is_a_contract_failure(swept):
     for name, cls in (("liar", "DtypeLiar"), ("to_lie", "ToLiar")):
         y = rows(df, name, "y")
         assert (y["fail_kind"] == "contract").all() and y["reason"].str.contains(f"y is {cls}, a torch.Tensor subclass").all()
-        assert (rows(df, name)[lambda d: d["output"] != "y"]["status"] == "pass").all()
+        assert (rows(df, name, "y_infer")["fail_kind"] == "contract").all()          # the inference path's too
+        assert (rows(df, name)[lambda d: ~d["output"].isin(["y", "y_infer"])]["status"] == "pass").all()
 
 
 def test_inline_the_judging_runs_after_flush_to_zero_is_put_back(tmp_path, monkeypatch):
