@@ -60,7 +60,7 @@ def test_run_passing_suite_in_workers(capsys, tmp_path, suite):
     code, out, err = run(capsys, "run", "--impl", "torch", "--cases", suite, "--device", "cpu",
                          "--out", out_dir, "--no-report", "--repeats", "1")
     assert code == 0, out + err
-    assert "harness: 40 pass, 0 fail, 0 error, 0 skip" in out
+    assert "harness: 50 pass, 0 fail, 0 error, 0 skip" in out
     df = read_results(out_dir / "results.csv")
     assert list(df.columns[:len(SPEC_COLUMNS)]) == SPEC_COLUMNS and set(df.columns) == set(columns())
     assert len(df) == 5 * 10 and not df.duplicated(KEY).any()

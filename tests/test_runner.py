@@ -105,7 +105,7 @@ def test_regate_keeps_what_is_not_about_a_budget():
     assert out["status"].tolist() == ["fail", "fail", "fail", "error", "skip", "pass", "fail", "pass", "pass", "pass"]
     assert out["fail_kind"].tolist() == ["nan_reference", "non_finite", "contract", "error", "skip", "", "contract", "",
                                          "", ""]
-    assert out["reason"].tolist()[:5] == df["reason"].tolist()[:5] and out["reason"].tolist()[5::2] == ["", ""]
+    assert out["reason"].tolist()[:5] == df["reason"].tolist()[:5] and out["reason"].tolist()[5::2] == ["", "", ""]
 
 
 def test_regate_applies_the_repeatability_policy():
