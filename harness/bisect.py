@@ -150,17 +150,25 @@ def step_main(argv: list[str] | None = None) -> int:
 
 def plugin_spec(impl: str) -> str:
     """NAME=MODULE:ATTR as given, or an installed entry point's name as NAME=MODULE:ATTR (its value
-    from the installed metadata; the module is then imported from each commit)."""
+    from the installed metadata; the module is then imported from each commit); either may end in
+    `@CLASS`, the math class every commit is judged at (validated here, before any checkout)."""
     import importlib.metadata
     from harness.impls.registry import PLUGIN_SPEC, ENTRY_POINT_GROUP
+    from harness.references.mathclass import parse_math
+    base, at, label = impl.rpartition("@") if "@" in impl else (impl, "", "")
+    if at:
+        try:
+            label = "@" + parse_math(label).label      # a math class other than the declared one
+        except UsageError as e:
+            raise UsageError(f"bisect: --impl {impl!r}: {e}") from None
     eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    spec = f"{impl}={eps[impl].value}" if impl in eps else impl
+    spec = f"{base}={eps[base].value}" if base in eps else base
     m = PLUGIN_SPEC.match(spec)
     if m and m["module"].split(".")[0] == "harness":
         raise UsageError(f"bisect: --impl {impl!r}: its module {m['module']!r} is the harness's own; "
                          f"bisect judges a module of REPO")
     if m:
-        return spec
+        return spec + label
     raise UsageError(f"bisect: --impl {impl!r}: expected NAME=MODULE:ATTR (a plug-in imported from REPO's "
                      f"work tree) or an installed entry point's name ({ENTRY_POINT_GROUP})")
 

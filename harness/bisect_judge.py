@@ -54,14 +54,16 @@ def judge(spec: str, cases: str, device: str, out: Path, roots: list[str], timeo
     from harness.reports.rundir import RunDir
     from harness.worker import drop_spares, prespawn
     prespawn([dict(os.environ)])                 # the worker's imports overlap this process's own
-    module = PLUGIN_SPEC.match(spec)["module"]
+    plugin, _, math_label = spec.partition("@")   # NAME=MODULE:ATTR[@CLASS], validated by bisect
+    module = PLUGIN_SPEC.match(plugin)["module"]
     top = module.split(".")[0]
     verdict = {"verdict": "skip", "why": "", "imported": "", "check": "", "checked": 0, "planned": 0}
     try:
         if importlib.machinery.PathFinder.find_spec(top, roots) is None:
             raise UsageError(f"--impl {spec}: no package {top!r} in the commit's import roots ({', '.join(roots)})")
         pin_imports(top, roots)
-        impl = load_plugin(spec)
+        impl = load_plugin(plugin)
+        impl = impl.with_math(math_label) if math_label else impl
         verdict["imported"] = getattr(sys.modules.get(module), "__file__", None) or module
         p = plan(impl, cases, device)
     except UsageError as e:

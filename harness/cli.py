@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("repo")
     bi.add_argument("good")
     bi.add_argument("bad")
-    bi.add_argument("--impl", required=True, help="NAME=MODULE:ATTR or an entry point's name")
+    bi.add_argument("--impl", required=True,
+                    help="NAME=MODULE:ATTR or an entry point's name, optionally ending in @CLASS (the math class)")
     bi.add_argument("--cases", default="quick")
     bi.add_argument("--build")
     bi.add_argument("--path", action="append", default=[],

@@ -242,7 +242,9 @@ def test_plugin_spec(history, monkeypatch):
     monkeypatch.syspath_prepend(str(site))
     assert plugin_spec("mykernel") == "mykernel=mykernel.norm:make"       # the installed entry point's value
     assert plugin_spec("mine=pkg.mod:make") == "mine=pkg.mod:make"
-    for bad in ("torch", "nosuch", "mine=harness.impls.torch_ref:chain"):
+    assert plugin_spec("mykernel@fast") == "mykernel=mykernel.norm:make@fast"
+    assert plugin_spec("mine=pkg.mod:make@ftz+fast") == "mine=pkg.mod:make@fast+ftz"
+    for bad in ("torch", "nosuch", "mine=harness.impls.torch_ref:chain", "mine=pkg.mod:make@sloppy", "torch@fast"):
         with pytest.raises(UsageError):
             plugin_spec(bad)
 
@@ -254,3 +256,35 @@ def test_judge_refuses_a_module_outside_the_commit(tmp_path):
     (tmp_path / "out").mkdir()
     assert judge("t=torch.nn:Linear", "quick", "cpu", tmp_path / "out", [str(tmp_path)]) == SKIP
     assert "no package 'torch' in the commit's import roots" in (tmp_path / "out" / "judge.json").read_text()
+
+
+FAST_KERNEL = """
+from harness.impls.fastmath import FastMath, emulation
+make = emulation(FastMath(ftz=False))
+make.rounding = "fused"
+make.math = "fast"
+"""
+FAST_SUITE = """
+[[case]]
+dtype = "fp32"
+shape = [8, 64]
+gate_dist = "saturating"
+"""
+
+
+def test_judge_at_the_math_class_asked(tmp_path):
+    """`--impl SPEC@CLASS` judges every commit at that class: the fast-math kernel is good at its
+    declared class and bad at `accurate`, on the case where exp's argument rounding shows (fp32 y
+    next to saturating gates)."""
+    from harness.bisect_judge import BAD, GOOD, judge
+    pkg = tmp_path / "tree" / "fastk"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "norm.py").write_text(FAST_KERNEL)
+    suite = tmp_path / "s.toml"
+    suite.write_text(FAST_SUITE)
+    roots = [str(tmp_path / "tree")]
+    for spec, code in (("k=fastk.norm:make", GOOD), ("k=fastk.norm:make@accurate", BAD)):
+        out = tmp_path / spec.rpartition("@")[2]
+        out.mkdir()
+        assert judge(spec, str(suite), "cpu", out, roots) == code, (out / "judge.json").read_text()

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -321,20 +320,15 @@ def test_large_results_are_capped(tmp_path):
     assert "First 2,000 of 2,400 rows" in html
 
 
-def test_fifty_thousand_rows_render_in_seconds(tmp_path):
+def test_many_rows_with_identify_and_a_baseline_render_every_section(tmp_path):
+    """Every section of a large run with identify's references and a baseline (its speed is
+    bench/bench_report.py's figure, not a test's)."""
     bench = _bench()
-    df, base = bench.synth(50_000, identify=True), bench.synth(50_000, seed=1, identify=True)
-    t0, c0 = time.perf_counter(), time.process_time()
+    df, base = bench.synth(8_000, identify=True), bench.synth(8_000, seed=1, identify=True)
     write_outputs(tmp_path, RunData(df, summarize(df), 1, "big", {}, base, "synthetic"))
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    print(f"50,000 rows: {wall:.2f} s wall, {cpu:.2f} s CPU")
-    # CPU time is the bound (a shared test machine stretches the wall time); the wall bound only
-    # catches something pathological
-    assert cpu < 10, (wall, cpu)
-    assert wall < 60, (wall, cpu)
     html = (tmp_path / "report.html").read_text()
     assert set(re.findall(r'<section id="([a-z]+)"', html)) == SECTIONS
-    assert len(html) < 20e6
+    assert "First 2,000 of 8,000 rows" in html and len(html) < 20e6
 
 
 # ---------------------------------------------------------------- headless Chromium
