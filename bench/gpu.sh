@@ -34,6 +34,12 @@
 #               at its declared class (fast), and identify (keyed by activation); fla-gated runs them as skips
 #   sigmoid-hf  the sigmoid HF adapters (HF_SIGMOID below) through quick and full on CUDA, and identify each
 #               (transformers 5.24.0 in .whl/, as for hf-field)
+#   serve       the serving stacks' forward-only Triton gated norms (SERVE below: sglang-gated, sglang-fused,
+#               vllm-gated) through quick and full on CUDA and identify each, and their CUDA tests. It needs
+#               only .whl-serve/ (carry it without .whl/): sglang's cp312 wheel, installed --no-deps when
+#               sglang is not installed, and vLLM 0.26.0's one file, layernorm_guard.py, extracted into a
+#               folder laid out as the package (vllm/third_party/flash_linear_attention/ops/), put on
+#               PYTHONPATH; besides, the image's torch, triton and einops (README, "Serving stacks")
 set -uo pipefail
 # The device image sets PYTHONDONTWRITEBYTECODE=1, so every process there compiled torch's Python
 # sources again (~2.25 s of a warm `harness exhaustive`); a user's machine keeps bytecode (pip
@@ -67,6 +73,7 @@ cold() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl mamba --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
 HF_FIELD="hf-qwen35 hf-qwen4exp hf-olmohybrid hf-laramini hf-nemotronh hf-granitemoehybrid hf-bamba"
 HF_SIGMOID="hf-kimilinear hf-bailinghybrid hf-glm5next hf-qwen4exp"
+SERVE="sglang-gated sglang-fused vllm-gated"
 HF_NEW="$HF_FIELD hf-kimilinear hf-bailinghybrid hf-glm5next"
 HF_ALL="hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2 $HF_NEW"
 
@@ -147,6 +154,23 @@ for stage in "$@"; do
       step sigmoid-hf-full 600 python3 -m harness run $(printf -- '--impl %s ' $HF_SIGMOID) --cases full --device cuda \
            --jobs 16 --out "$OUT/sigmoid-hf-full" --no-report --repeats 0
       for i in $HF_SIGMOID; do
+        step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
+             --out "$OUT/id-$i" --no-report
+      done ;;
+    serve) if ! python3 -c 'import importlib.util as u, sys; sys.exit(u.find_spec("sglang") is None)'; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl-serve/*.whl || exit 1
+      fi
+      export PYTHONPATH="$PWD/.whl-serve${PYTHONPATH:+:$PYTHONPATH}"
+      python3 -c 'import importlib.metadata as m; print("sglang", m.version("sglang"))' >> "$LOG" 2>&1
+      python3 -c 'from harness.impls.registry import builtins; b = builtins()
+print(*[f"{n}: {b[n].unavailable or b[n].notes}" for n in "'"$SERVE"'".split()], sep="\n")' >> "$LOG" 2>&1
+      step serve-tests 300 python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_serve_adapters.py \
+           tests/test_forward_only.py
+      step serve-quick 600 python3 -m harness run $(printf -- '--impl %s ' $SERVE) --cases quick --device cuda \
+           --jobs 8 --out "$OUT/serve-quick" --no-report
+      step serve-full 600 python3 -m harness run $(printf -- '--impl %s ' $SERVE) --cases full --device cuda \
+           --jobs 16 --out "$OUT/serve-full" --no-report --repeats 0
+      for i in $SERVE; do
         step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
              --out "$OUT/id-$i" --no-report
       done ;;

@@ -7,7 +7,8 @@ every token's dweight term, so that `DweightSummedBy` can sum them as a broken k
 `ExpArgumentInBf16` and `ExpCubic` are the fast-math emulation's arithmetic (harness/impls/fastmath.py)
 with an exp beyond the fast math class; `ActivationIgnored`, and `SigmoidGate` of `SigmoidGradOfSilu` or
 `SigmoidGradInBf16`, break the gate activation axis (issue 28): silu for a sigmoid case, a sigmoid
-whose derivative is wrong."""
+whose derivative is wrong; `DxGetsDz` is fla #155's backward; `InferencePathSiluInBf16` is right
+only while autograd records (issue 28's inference path)."""
 from __future__ import annotations
 
 import torch
@@ -146,3 +147,30 @@ class SigmoidGate(Mutant):
 
     def act(self, gate):
         return self.grad_fn.apply(gate.float()) if self.activation == "sigmoid" else super().act(gate)
+
+
+class DxGetsDz(torch.autograd.Function):
+    """Identity on (x, gate) forward; backward as fla's `LayerNormFn.backward` before the fix of
+    issue #155 (commit 8590e36c, 2025-02): `dx = dz.reshape(x_shape)` overwrote dx with the gate's
+    gradient, and dz went back flat [tokens, hidden] (autograd then casts dx to x's dtype, and
+    rejects the flat dz for inputs of more than two dimensions)."""
+    @staticmethod
+    def forward(ctx, x, gate):
+        ctx.shape = x.shape
+        return x.view_as(x), gate.view_as(gate)
+
+    @staticmethod
+    def backward(ctx, dx, dz):
+        return dz.reshape(ctx.shape), dz.reshape(-1, ctx.shape[-1])
+
+
+class InferencePathSiluInBf16(Mutant):
+    """Issue 28: a kernel whose inference path differs from its training path — right while autograd
+    records (`torch.is_grad_enabled()`), SiLU in bf16 under torch.no_grad() and
+    torch.inference_mode(), as a serving stack's forward-only branch would be. Every sweep before
+    the inference path was checked passed it (the issue counts 23 of 76 y elements differing)."""
+
+    def act(self, gate):
+        if torch.is_grad_enabled():
+            return super().act(gate)
+        return F.silu(gate.to(torch.bfloat16)).float()

@@ -11,8 +11,9 @@ import torch.nn.functional as F
 
 from harness.impls.fastmath import FastMath, emulation
 from harness.impls.torch_ref import GatedRMSNorm
-from harness.mutant_base import (ActivationIgnored, DweightSummedBy, ExpArgumentInBf16, ExpCubic, GradRoundedTo,
-                                 Mutant, PerTokenWeight, SigmoidGate, SigmoidGradInBf16, SigmoidGradOfSilu)
+from harness.mutant_base import (ActivationIgnored, DweightSummedBy, DxGetsDz, ExpArgumentInBf16, ExpCubic,
+                                 GradRoundedTo, InferencePathSiluInBf16, Mutant, PerTokenWeight, SigmoidGate,
+                                 SigmoidGradInBf16, SigmoidGradOfSilu)
 
 
 class _SiluInBf16(Mutant):
@@ -320,24 +321,9 @@ class _LigerDweightBlockBf16(DweightSummedBy):
     reduction = _LigerBlockSumInBf16
 
 
-class _DxGetsDz(torch.autograd.Function):
-    """Identity on (x, gate) forward; backward as fla's `LayerNormFn.backward` before the fix of
-    issue #155 (commit 8590e36c, 2025-02): `dx = dz.reshape(x_shape)` overwrote dx with the gate's
-    gradient, and dz went back flat [tokens, hidden] (autograd then casts dx to x's dtype, and
-    rejects the flat dz for inputs of more than two dimensions)."""
-    @staticmethod
-    def forward(ctx, x, gate):
-        ctx.shape = x.shape
-        return x.view_as(x), gate.view_as(gate)
-
-    @staticmethod
-    def backward(ctx, dx, dz):
-        return dz.reshape(ctx.shape), dz.reshape(-1, ctx.shape[-1])
-
-
 class _FlaDxIsDz(Mutant):
     def forward(self, x, gate):
-        return super().forward(*_DxGetsDz.apply(x, gate))
+        return super().forward(*DxGetsDz.apply(x, gate))
 
 
 class _ZcPlusOneInWeightDtype(Mutant):
@@ -366,6 +352,9 @@ fla_dx_is_dz = _mutant("fla_dx_is_dz", _FlaDxIsDz, "the gated backward wrote dga
 zc_plus_one_in_weight_dtype = _mutant("zc_plus_one_in_weight_dtype", _ZcPlusOneInWeightDtype, "zero-centred "
                                       "weight + 1.0 formed in the weight's dtype before fla's fused kernel — "
                                       "Megatron-LM PR #5821", **_FUSED)
+inference_path_silu_in_bf16 = _mutant("inference_path_silu_in_bf16", InferencePathSiluInBf16, "SiLU in bf16 "
+                                      "only where grad is disabled (torch.no_grad, torch.inference_mode) — issue #28")
+
 
 def spec(name: str) -> str:
     """The --impl text that loads mutant `name` (in a worker process too)."""

@@ -19,9 +19,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from harness.reports.schema import CHECKED_OUTPUTS as OUTPUT_ORDER
 from harness.reports.summary import sort_keys
-
-OUTPUT_ORDER = ("y", "dx", "dgate", "dweight")
 
 
 def png(fig: Figure) -> str:

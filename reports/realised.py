@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.references.mathclass import CLASSES
+from harness.reports.schema import INFERENCE_OUTPUT
 
 RANK = {c.label: k for k, c in enumerate(CLASSES)}
 
@@ -62,12 +63,19 @@ def within(g: pd.DataFrame) -> str:
     return ", ".join(f"{name} ({mc})" for name, mc in best.items())
 
 
+FORWARD = {"y", INFERENCE_OUTPUT}
+
+
 def verdict_line(impl: str, fit: pd.DataFrame, declared: str = "", declared_math: str = "") -> str:
-    """`IMPL realises MODEL, CLASS math`, or `IMPL realises no single declared model: ...` (SPEC §4)."""
+    """`IMPL realises MODEL, CLASS math`, or `IMPL realises no single declared model: ...` (SPEC §4);
+    where no backward output was measured (a forward-only implementation), the line says that the
+    model was named from y alone: a rounding model's backward points were not seen."""
     models, mc, none = realised(fit)
     if models:
         line = f"{impl} realises {' = '.join(models)}" + \
             (" (the models coincide on these cases)" if len(models) > 1 else "") + f", {mc} math"
+        if set(fit["output"]) <= FORWARD:
+            line += " (from y alone: no backward output was measured)"
         if declared and (declared not in models or (declared_math and declared_math != mc)):
             line += f"; it declares {declared}" + (f", {declared_math} math" if declared_math else "")
         return line

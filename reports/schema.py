@@ -10,8 +10,20 @@ from harness.references.metrics import registry
 # 3: math (the declared math class); fail_kind, the reference's kind, model and math class, what ran
 #    (impl_spec, impl_hash), inputs_modified, notes, the first differing element of a later call
 # 4: gpu_seconds and gpu_method (the GPU time of a forward + backward); floor_fraction from the GPU
-#    time; impl_seconds is the host-inclusive wall time on every device (it was CUDA events on a GPU)
+#    time; impl_seconds is the host-inclusive wall time on every device (it was CUDA events on a GPU);
+#    the output y_infer (y on the inference path); forward-only implementations' backward skip rows
 SCHEMA_VERSION = 4
+# The `output` column's values: the op's four outputs (references.exact.OUTPUTS) and y_infer, the y of
+# the forward under torch.inference_mode() (its torch.no_grad() call must give the same bits), which
+# is measured against y's references with y's budgets (the budget keys name `y`).
+INFERENCE_OUTPUT = "y_infer"
+CHECKED_OUTPUTS = ("y", INFERENCE_OUTPUT, "dx", "dgate", "dweight")
+BACKWARD_OUTPUTS = ("dx", "dgate", "dweight")
+
+
+def reference_output(output: str) -> str:
+    """The op output whose references and budgets a checked output is measured against."""
+    return "y" if output == INFERENCE_OUTPUT else output
 
 _SPEC = (
     "case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",

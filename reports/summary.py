@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 
 from harness.references.metrics import registry
-from harness.reports.schema import columns
+from harness.reports.schema import CHECKED_OUTPUTS, columns
 
 KEYS = ["impl", "activation", "out_dtype", "output", "reference", "regime"]
 SUMMARY_COLUMNS = KEYS + ["checks", "fail", "error", "skip", "metric", "worst", "budget", "margin",
                           "max_ulp", "max_scaled_err"]
 # Display orders; values not listed sort after these, alphabetically.
-ORDER = {"activation": ["silu", "sigmoid"], "out_dtype": ["fp32", "bf16", "fp16"], "output": ["y", "dx", "dgate", "dweight"],
+ORDER = {"activation": ["silu", "sigmoid"], "out_dtype": ["fp32", "bf16", "fp16"], "output": list(CHECKED_OUTPUTS),
          "reference": ["exact"], "regime": ["normal", "extreme"]}
 TEXT = ("case_id", "impl", "output", "reference", "regime", "status", "budget_metric", "out_dtype", "label",
         "reason", "replay", "rounding", "dtype", "math", "activation", "fail_kind", "reference_kind",

@@ -190,7 +190,7 @@ def test_a_case_too_big_for_memory_is_an_error_row_and_the_sweep_goes_on(tmp_pat
     assert r.returncode == 1 and "internal error" not in r.stderr, r.stderr[-2000:]
     df = pd.read_csv(tmp_path / "o" / "results.csv", dtype={"case_id": str})
     big = df[df["case_id"] == BIG.case_id]
-    assert len(big) == 8 and set(big["status"]) == {"error"}
+    assert len(big) == 10 and set(big["status"]) == {"error"}
     assert big["reason"].str.contains("can't allocate memory").all()
     assert set(df[df["case_id"] != BIG.case_id]["status"]) == {"pass"}
 
@@ -199,4 +199,4 @@ def test_replay_of_a_case_too_big_for_memory_is_an_error_row(tmp_path):
     r = _limited("replay", BIG.case_id, "--impl", "torch", "--device", "cpu", "--case",
                  json.dumps(BIG.params()), cwd=tmp_path)
     assert r.returncode == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr[-2000:]
-    assert r.stdout.count("ERROR out of memory") == 8 and "0 pass, 0 fail, 8 error" in r.stdout
+    assert r.stdout.count("ERROR out of memory") == 10 and "0 pass, 0 fail, 10 error" in r.stdout

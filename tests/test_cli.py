@@ -60,12 +60,12 @@ def test_run_passing_suite_in_workers(capsys, tmp_path, suite):
     code, out, err = run(capsys, "run", "--impl", "torch", "--cases", suite, "--device", "cpu",
                          "--out", out_dir, "--no-report", "--repeats", "1")
     assert code == 0, out + err
-    assert "harness: 40 pass, 0 fail, 0 error, 0 skip" in out
+    assert "harness: 50 pass, 0 fail, 0 error, 0 skip" in out
     df = read_results(out_dir / "results.csv")
     assert list(df.columns[:len(SPEC_COLUMNS)]) == SPEC_COLUMNS and set(df.columns) == set(columns())
-    assert len(df) == 5 * 8 and not df.duplicated(KEY).any()
+    assert len(df) == 5 * 10 and not df.duplicated(KEY).any()
     assert set(df["status"]) == {"pass"} and set(df["impl"]) == {"torch"} and set(df["device"]) == {"cpu"}
-    assert set(df["output"]) == {"y", "dx", "dgate", "dweight"}
+    assert set(df["output"]) == {"y", "y_infer", "dx", "dgate", "dweight"}
     assert set(df["reference"]) == {"exact", "model:chain"}
     assert list(dict.fromkeys(df["case_id"])) == [c.case_id for c in load_suite(suite).cases]   # suite order
     assert df["replay"].str.startswith("harness replay ").all() and (df["impl_seconds"] > 0).all()
@@ -146,10 +146,10 @@ def test_resume_after_a_kill_mid_write(capsys, tmp_path, suite):
     args = ["run", "--impl", "torch", "--impl", "torch-fused", "--cases", suite, "--out", out_dir, *FAST]
     assert run(capsys, *args)[0] == 0
     full = read_results(out_dir / "results.csv")
-    assert len(full) == 5 * 2 * 8
+    assert len(full) == 5 * 2 * 10
     lines = (out_dir / "results.csv").read_text().splitlines(keepends=True)
     # header + 3 finished pairs + 3 rows of the 4th pair + a torn half line (killed mid-write)
-    kept = lines[: 1 + 3 * 8 + 3] + [lines[1 + 3 * 8 + 3][:40]]
+    kept = lines[: 1 + 3 * 10 + 3] + [lines[1 + 3 * 10 + 3][:40]]
     (out_dir / "results.csv").write_text("".join(kept))
     code, out, err = run(capsys, *args, "--resume")
     assert code == 0, out + err
@@ -170,7 +170,7 @@ def test_a_new_run_replaces_the_old_one(capsys, tmp_path, suite):
     one.write_text('[[group]]\ndtype = ["bf16"]\nshape = [[4, 8]]\n')
     assert run(capsys, "run", "--impl", "torch", "--cases", one, "--out", out_dir, *FAST)[0] == 0
     df = read_results(out_dir / "results.csv")
-    assert set(df["impl"]) == {"torch"} and len(df) == 8
+    assert set(df["impl"]) == {"torch"} and len(df) == 10
     assert len(pd.read_csv(out_dir / "pair-timing.csv")) == 1
 
 
@@ -270,7 +270,7 @@ def test_numeric_looking_case_id_survives_resume_and_baseline(capsys, tmp_path):
     assert run(capsys, *args, "--resume")[0] == 0
     assert run(capsys, *args, "--baseline", out)[0] == 0
     df = read_results(out / "results.csv")
-    assert len(df) == 8 and (df["case_id"] == cid).all()
+    assert len(df) == 10 and (df["case_id"] == cid).all()
 
 
 def test_hypothesis_run_writes_results_summary_and_report(capsys, tmp_path):

@@ -21,7 +21,7 @@ from harness.references.errors import UsageError
 from harness.impls import registry, te_adapter
 from harness.impls.base import Implementation, from_factory
 from harness.pipeline.settings import Settings
-from harness.references.exact import OUTPUTS
+from harness.reports.schema import CHECKED_OUTPUTS
 
 _n = itertools.count()
 
@@ -74,7 +74,7 @@ def test_plugin_defaults_to_chain(tmp_path, monkeypatch):
     impl = registry.load_plugin(f"p={mod}:make")
     assert impl.rounding.name == "chain" and impl.act_follows == "x" and impl.devices == ("cpu", "cuda")
     rows = rows_for(impl, make_case(), tmp_path)
-    assert len(rows) == 8 and {r["status"] for r in rows} == {"pass"}
+    assert len(rows) == 10 and {r["status"] for r in rows} == {"pass"}
 
 
 def test_plugin_nested_attr(tmp_path, monkeypatch):
@@ -121,7 +121,7 @@ def test_factory_raises(tmp_path, monkeypatch):
     impl = registry.load_plugin(f"p={mod}:make")
     rec, rows = checked(impl, make_case())
     assert rec.status == "error" and rec.text == "factory raised ValueError: no such size"
-    assert len(rows) == 8 and {r["status"] for r in rows} == {"error"}
+    assert len(rows) == 10 and {r["status"] for r in rows} == {"error"}
     assert {r["reason"] for r in rows} == {"factory raised ValueError: no such size"}
 
 
@@ -191,7 +191,7 @@ def test_wrong_dgate_dtype_is_a_fail_row(tmp_path, monkeypatch):
     assert len(dg) == 2 and all(r["status"] == "fail" for r in dg)
     assert {r["reason"] for r in dg} == {"dgate dtype bfloat16, expected float32"}
     others = [r for r in rows if r["output"] != "dgate"]
-    assert len(others) == 6 and all(r["status"] in ("pass", "fail") for r in others)
+    assert len(others) == 8 and all(r["status"] in ("pass", "fail") for r in others)
 
 
 def test_wrong_y_dtype_is_a_fail_row(tmp_path, monkeypatch):
@@ -205,7 +205,8 @@ def test_wrong_y_dtype_is_a_fail_row(tmp_path, monkeypatch):
             return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
     """)
     rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
-    assert problems(rec) == {"y": "y dtype float32, expected bfloat16"}
+    assert problems(rec) == {"y": "y dtype float32, expected bfloat16",
+                             "y_infer": "under torch.inference_mode(): y dtype float32, expected bfloat16"}
     y = [r for r in rows if r["output"] == "y"]
     assert {r["status"] for r in y} == {"fail"} and {r["reason"] for r in y} == {problems(rec)["y"]}
 
@@ -245,13 +246,13 @@ def test_wrong_y_shape_outcome(tmp_path, monkeypatch):
     impl = registry.load_plugin(f"p={mod}:make")
     rec, _ = checked(impl, make_case())
     assert rec.status == "ran"
-    assert set(problems(rec).values()) == {"y shape (128,), expected (4, 32)"} and len(rec.problems) == 4
+    assert set(problems(rec).values()) == {"y shape (128,), expected (4, 32)"} and len(rec.problems) == 5
 
 
 def test_wrong_y_shape_gives_fail_rows(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, WRONG_SHAPE)
     rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
-    assert len(rows) == 8 and {r["status"] for r in rows} == {"fail"}
+    assert len(rows) == 10 and {r["status"] for r in rows} == {"fail"}
     assert {r["reason"] for r in rows} == {"y shape (128,), expected (4, 32)"}
 
 
@@ -355,7 +356,7 @@ def test_te_adapter_against_standin_passes(case):
     rec, rows = checked(impl, case)
     assert rec.status == "ran" and rec.problems == {}
     assert rec.outputs["y"].dtype == module.weight.dtype
-    assert len(rows) == 8
+    assert len(rows) == 10
     assert {r["reference"] for r in rows} == {"exact", "model:chain"}
     assert all(r["act_dtype"] == case.weight_dtype for r in rows)
     bad = [(r["output"], r["reference"], r["reason"]) for r in rows if r["status"] != "pass"]
@@ -398,10 +399,10 @@ def test_cpu_builtins_pass(name, tmp_path):
     cases = CPU_CASES if name != "torch-compile-emulate" else CPU_CASES[:2]
     for case in cases:
         rows = rows_for(impl, case, tmp_path)
-        assert len(rows) == 8
+        assert len(rows) == 10
         bad = [(r["output"], r["reference"], r["reason"]) for r in rows if r["status"] != "pass"]
         assert bad == [], (case.label, bad)
-        assert {r["output"] for r in rows} == set(OUTPUTS)
+        assert {r["output"] for r in rows} == set(CHECKED_OUTPUTS)
         assert all(r["replay"].startswith(f"harness replay {case.case_id} --impl {name}") for r in rows)
 
 
@@ -415,7 +416,7 @@ def test_torch_compile_realises_the_fused_model(tmp_path):
     for case in CPU_CASES[:2]:
         rows = rows_for(impl, case, tmp_path)
         bad = [(r["output"], r["reference"], r["reason"]) for r in rows if r["status"] != "pass"]
-        assert len(rows) == 8 and bad == [], (case.label, bad)
+        assert len(rows) == 10 and bad == [], (case.label, bad)
     assert dcfg.recompile_limit >= 1024
 
 
@@ -464,7 +465,7 @@ def test_variant_kwargs_only_where_needed_and_skips(tmp_path, monkeypatch):
     assert {r["status"] for r in zc} == {"skip"} and zc[0]["reason"] == "no zero-centred gamma"
     dec = rows_for(declines, base)
     assert {r["status"] for r in dec} == {"skip"} and dec[0]["reason"] == "hidden sizes above 16 only"
-    assert len(dec) == 8 and all(r["replay"] for r in dec)
+    assert len(dec) == 10 and all(r["replay"] for r in dec)
 
 
 # ---------------------------------------------------------------- a sigmoid-gated plug-in

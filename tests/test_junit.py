@@ -108,7 +108,7 @@ def test_cli_run_junit(tmp_path):
     root = ET.parse(xml).getroot()
     suites = {s.get("name"): s for s in root.findall("testsuite")}
     assert set(suites) == {"junit:torch", "junit:bug"}                 # the suite's own name
-    assert int(root.get("tests")) == len(df) == 2 * 2 * 4 * 2          # cases x impls x outputs x references
+    assert int(root.get("tests")) == len(df) == 2 * 2 * 5 * 2          # cases x impls x outputs (y_infer too) x references
     assert int(root.get("failures")) == int((df["status"] == "fail").sum()) > 0
     assert int(suites["junit:torch"].get("failures")) == 0
     bug = suites["junit:bug"]

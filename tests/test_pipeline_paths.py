@@ -68,6 +68,6 @@ def test_every_path_gives_the_same_result(tmp_path, monkeypatch):
     got["plugin"] = read_results(tmp_path / "plugin" / "results.csv")
 
     first = _same(got["sweep"])
-    assert len(first) == 8 and {r[SAME.index("fail_kind")] for r in first} >= {"over_budget"}
+    assert len(first) == 10 and {r[SAME.index("fail_kind")] for r in first} >= {"over_budget"}
     for path, df in got.items():
         assert _same(df) == first, path

@@ -141,7 +141,7 @@ def test_failure_record_skips_isolation_and_out(project, tmp_path):
     assert f"PASSED test_it.py::test_k[{bf16}-bf16_4x64_eps=1e-05_x:standard_gate:normal_gamma:one-good]" in out
     assert re.search(rf"^SKIPPED \[1\] \S+: {fp16}: no fp16 kernel$", out, re.M), out
     # the failure record: case id, output, reference, metric, value, budget, worst inputs in hex, replay
-    rec = re.search(rf"AssertionError: {bf16} \[bf16 4x64 [^\]]*\]: \d+ of 8 checks not within budget\n(.*?)\n\n",
+    rec = re.search(rf"AssertionError: {bf16} \[bf16 4x64 [^\]]*\]: \d+ of 10 checks not within budget\n(.*?)\n\n",
                     out, re.S)
     assert rec, out
     assert re.search(rf"FAIL\s+bad {bf16} y vs (exact|model:chain): .*: y ulp error [0-9.]+ > budget [0-9.]+", rec[1])
@@ -153,7 +153,7 @@ def test_failure_record_skips_isolation_and_out(project, tmp_path):
     assert f"FAILED test_it.py::test_k[{fp16}-fp16_4x64_eps=1e-05_x:standard_gate:normal_gamma:one-bad]" in out
     with open(tmp_path / "out" / "results.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 6 * 8 and {r["status"] for r in rows} == {"pass", "fail", "skip", "error"}
+    assert len(rows) == 6 * 10 and {r["status"] for r in rows} == {"pass", "fail", "skip", "error"}
     assert {(r["impl"], r["case_id"]) for r in rows if r["status"] == "skip"} == {("good", fp16)}
     assert (tmp_path / "out" / "report.html").is_file() and not (tmp_path / "out" / ".parts").exists()
 
@@ -175,7 +175,7 @@ def test_regen_writes_budgets_never_below_the_defaults(project, tmp_path):
         gated = list(csv.DictReader(fh))                # gated with the defaults
     column = {"ulp": "max_ulp", "scaled": "max_scaled_err"}
     for r in gated:
-        budget = written[(r["output"], r["reference"].split(":")[0])]
+        budget = written[({"y_infer": "y"}.get(r["output"], r["output"]), r["reference"].split(":")[0])]
         assert budget >= float(r["budget"]) and budget >= float(r[column[r["budget_metric"]]])
     assert any(float(r["budget"]) < float(r[column[r["budget_metric"]]]) for r in gated)    # some grew
     rc, text = session(project, tmp_path, test_file, "-k", "fp16", "--harness-isolate", "inline",

@@ -73,7 +73,7 @@ def test_replay_reproduces_worst_element_bit_for_bit(capsys, recorded, source):
         assert idx == worst_index, (row["output"], row["reference"])
         assert bits == _expected_bits(row), (row["output"], row["reference"])
         checked += 1
-    assert checked == len(rows) == 8
+    assert checked == len(rows) == 10
     assert f"case {case_id}" in text
     for k in ("exact=", "golden=", "ref=[", "ulp=", "scaled=", "abs=", "rel=", "gate=0x", "dy=0x"):
         assert k in text
@@ -129,7 +129,7 @@ def test_replay_out_writes_results(tmp_path, capsys, recorded):
                  "--out", str(tmp_path / "r"), "--top", "1"])
     assert code == 0
     got = pd.read_csv(tmp_path / "r" / "results.csv", dtype={"case_id": str})
-    assert len(got) == 8 and set(got["status"]) == {"pass"} and set(got["case_id"]) == {cid}
+    assert len(got) == 10 and set(got["status"]) == {"pass"} and set(got["case_id"]) == {cid}
 
 
 def test_replay_unknown_id_is_usage_error(capsys, recorded):

@@ -147,7 +147,7 @@ def test_exits_crashes_and_memory_become_error_rows_and_are_not_retried(capsys, 
     code, stdout, err = run(capsys, *args)
     assert code == 1, stdout + err                      # never 0, and not "unfinished" either
     df = read_results(out / "results.csv")
-    assert (pairs(df) == 8).all() and len(pairs(df)) == 2 * (len(CRASHES) + 1)
+    assert (pairs(df) == 10).all() and len(pairs(df)) == 2 * (len(CRASHES) + 1)
     bad = df[df["hidden"] == 16]
     good = df[df["hidden"] == 32]
     for name, (_, says) in CRASHES.items():
@@ -158,8 +158,8 @@ def test_exits_crashes_and_memory_become_error_rows_and_are_not_retried(capsys, 
             assert f"harness: {name} {rows['case_id'].iloc[0]} [fp32 2x16" in err, (name, err)
     assert (good["status"] == "pass").all()             # every implementation's next case ran
     assert (df[df["impl"] == "torch"]["status"] == "pass").all()
-    assert df["status"].value_counts().to_dict() == {"pass": 72, "error": 56}
-    assert "harness: 72 pass, 0 fail, 56 error, 0 skip" in stdout
+    assert df["status"].value_counts().to_dict() == {"pass": 90, "error": 70}
+    assert "harness: 90 pass, 0 fail, 70 error, 0 skip" in stdout
     first = {w: calls(plug, w) for w in ("exit0", "osexit", "segv", "memerr", "sigkill")}
     assert first == {"exit0": 2, "osexit": 1, "segv": 1, "memerr": 1, "sigkill": 1}     # exit0: f0 and c0
 
@@ -169,7 +169,7 @@ def test_exits_crashes_and_memory_become_error_rows_and_are_not_retried(capsys, 
     again = read_results(out / "results.csv")
     assert {w: calls(plug, w) for w in first} == first
     assert len(again) == len(df) and not again.duplicated(["case_id", "impl", "output", "reference"]).any()
-    assert again["status"].value_counts().to_dict() == {"pass": 72, "error": 56}
+    assert again["status"].value_counts().to_dict() == {"pass": 90, "error": 70}
     assert "[1/" not in err                             # no pair ran
 
 
@@ -211,7 +211,7 @@ def test_hang_times_out_names_the_case_and_goes_on(capsys, plug):
     assert (hung["status"] == "error").all() and hung["reason"].str.startswith("timed out after 5 s").all()
     assert f"harness: h {hung['case_id'].iloc[0]} [" in err and "timed out after 5 s" in err
     rest = df[~((df["impl"] == "h") & (df["hidden"] == 16))]
-    assert len(rest) == 24 and (rest["status"] == "pass").all()
+    assert len(rest) == 30 and (rest["status"] == "pass").all()
 
 
 # ---------------------------------------------------------------------- 4: --resume re-gates
@@ -241,7 +241,7 @@ def test_resume_regates_kept_rows_and_drops_other_impls_and_suites(capsys, tmp_p
     code, o, e = run(capsys, *base, "--impl", "torch", "--cases", one, "--budgets", worse, "--resume")
     assert code == 0, o + e
     kept = read_results(out / "results.csv")
-    assert set(kept["impl"]) == {"torch"} and set(kept["hidden"]) == {32} and len(kept) == 8
+    assert set(kept["impl"]) == {"torch"} and set(kept["hidden"]) == {32} and len(kept) == 10
     assert all(seconds[k] == s for k, s in zip(zip(kept["case_id"], kept["impl"]), kept["pair_seconds"]))
 
     # a tighter budget file at resume fails kept rows without running them again ...
@@ -313,7 +313,7 @@ def test_second_run_fails_naming_the_first_and_kill_9_leaves_no_worker(capsys, p
             if a.poll() is not None:
                 raise AssertionError(f"run A ended: {a.communicate()}")
             return len(workers()) == 2 and (out / "results.csv").exists() and \
-                len(read_results(out / "results.csv")) == 8 and calls(plug, "slow") == 2
+                len(read_results(out / "results.csv")) == 10 and calls(plug, "slow") == 2
         _wait_for(two_pairs_and_a_waiting_worker, 240, "run A's two workers and its first pair")
         assert lock.read_text().startswith(f"pid {a.pid} ")
 
@@ -342,11 +342,12 @@ def test_second_run_fails_naming_the_first_and_kill_9_leaves_no_worker(capsys, p
                      "--out", out, "--no-report", "--jobs", "2", "--repeats", "0", "--resume")
     assert code == 0, o + e
     df = read_results(out / "results.csv")
-    assert len(df) == 24 and not df.duplicated(["case_id", "impl", "output", "reference"]).any()
+    assert len(df) == 30 and not df.duplicated(["case_id", "impl", "output", "reference"]).any()
     assert (df["status"] == "pass").all()
     assert all(seconds[k] == s for k, s in zip(zip(df["case_id"], df["impl"]), df["pair_seconds"]) if k in seconds)
-    # the two killed pairs ran again (a forward, and the second call that checks repeatability, each)
-    assert calls(plug, "slow") == 2 + 2 * 2
+    # the two killed pairs ran again (a forward, the inference path's two, and the second call that
+    # checks repeatability, each)
+    assert calls(plug, "slow") == 2 + 2 * 4
 
     # merge refuses duplicated keys: the same directory twice, or one results.csv holding a pair twice
     code, o, e = run(capsys, "merge", out, out, "--out", plug / "m1")

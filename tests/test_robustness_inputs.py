@@ -199,8 +199,9 @@ def test_nan_against_a_nan_reference_fails(inputs_factory):
     outputs, problems, _ = first_call(*make_module(impl, inp, "cpu", {}), inp, torch.bfloat16, "cpu")
     assert not problems and all(bool(t.isnan().any()) for t in outputs.values())
     case = make_case(shape=(2, 16))
+    outputs["y_infer"] = outputs["y"]                  # the inference path's y: the same NaN reference
     got = rows(PairResult(case, impl, "cpu", "bf16", checks(case, impl, build(inp, "auto"), outputs, {}, {})))
-    assert len(got) == 8
+    assert len(got) == 10
     for r in got:
         assert r["status"] == "fail" and r["fail_kind"] == "nan_reference", r
         assert "reference is NaN" in r["reason"] and "never passes" in r["reason"]

@@ -73,7 +73,7 @@ def test_format(report):
 # Issue 28's field bugs: each fails the outputs and cases its bug reaches, and no other (a mutant
 # caught for a reason that is not its bug would prove nothing about the harness).
 FIELD = ("vllm-native-fp32", "mamba-simple-one-group", "mamba-tp-global-ngroups", "liger-dweight-block-bf16",
-         "fla-dx-is-dz", "zc-plus-one-in-weight-dtype")
+         "fla-dx-is-dz", "zc-plus-one-in-weight-dtype", "inference-path-silu-in-bf16")
 
 
 def bad_rows(report, name):
@@ -85,10 +85,10 @@ def bad_rows(report, name):
 
 def test_field_mutants_fail_where_their_bug_is(report):
     rows, bad = bad_rows(report, "vllm-native-fp32")      # y's dtype, on every 16-bit case
-    assert set(bad["output"]) == {"y"} and bad["reason"].str.startswith("y dtype float32, expected").all()
+    assert set(bad["output"]) == {"y", "y_infer"} and bad["reason"].str.contains("y dtype float32, expected").all()
     assert set(bad["case_id"]) == set(rows[rows["dtype"].isin(["bf16", "fp16"])]["case_id"])
     rows, bad = bad_rows(report, "mamba-simple-one-group")  # every output, the grouped cases only
-    assert set(bad["output"]) == {"y", "dx", "dgate", "dweight"}
+    assert set(bad["output"]) == {"y", "y_infer", "dx", "dgate", "dweight"}
     assert set(bad["case_id"]) == set(rows[rows["label"].str.contains(" G=")]["case_id"])
     rows, bad = bad_rows(report, "mamba-tp-global-ngroups")  # every case: one group becomes two
     assert set(bad["case_id"]) == set(rows["case_id"]) and (bad[bad["status"] == "fail"]["output"] == "y").any()
@@ -99,6 +99,14 @@ def test_field_mutants_fail_where_their_bug_is(report):
     rows, bad = bad_rows(report, "zc-plus-one-in-weight-dtype")  # zero-centred gamma with a 16-bit weight
     assert len(bad) and bad["zero_centered_gamma"].all() and (bad["weight_dtype"] != "fp32").all()
     assert "dweight" not in set(bad["output"])                 # w + 1 passes dweight through unchanged
+
+
+def test_inference_path_mutant_fails_y_infer_alone(report):
+    """Right while autograd records, SiLU in bf16 without grad: the training path's y passes and the
+    inference path's y_infer is over budget — and only y_infer."""
+    rows, bad = bad_rows(report, "inference-path-silu-in-bf16")
+    assert len(bad) and set(bad["output"]) == {"y_infer"} and set(bad["fail_kind"]) == {"over_budget"}
+    assert (rows[rows["output"] == "y"]["status"] == "pass").all()
 
 
 def test_liger_block_sum_rounds_inside_blocks_of_16_rows():

@@ -70,7 +70,7 @@ def test_merge_checks_coverage(tmp_path, suite, capsys):
     junit = tmp_path / "merged.xml"
     assert main(["merge", str(a), str(b), "--out", str(merged), "--cases", suite, "--junit", str(junit)]) == 0
     df = pd.read_csv(merged / "results.csv", dtype={"case_id": str})
-    assert df["case_id"].nunique() == 6 and len(df) == 6 * 8
+    assert df["case_id"].nunique() == 6 and len(df) == 6 * 10
     assert junit.read_text().count("<testcase ") == len(df)    # one test case per check
     capsys.readouterr()
     assert main(["merge", str(a), "--out", str(tmp_path / "m2"), "--cases", suite]) == 2     # a shard missing

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from harness.analysis.compare import compare
+from harness.analysis.compare import compare, same_bits
 from harness.analysis.explain import explain, reason, worst_flats
 from harness.analysis.result import Check, Finding, Measurement, PairResult, Reference, Repeat
 from harness.budgets import default_budget, lookup
@@ -17,12 +17,13 @@ from harness.cases.generate import act_format
 from harness.impls.base import Implementation
 from harness.references import package_version
 from harness.references.bundle import CaseReferences
-from harness.references.exact import OUTPUTS
 from harness.references.formats import fmt_of
 from harness.references.metrics import registry
 from harness.references.models import promoted_format
+from harness.reports.schema import BACKWARD_OUTPUTS, CHECKED_OUTPUTS, INFERENCE_OUTPUT, reference_output
 
 REFERENCE_KINDS = ("exact", "model")
+FORWARD_ONLY = "forward-only implementation (factory.backward = False)"
 VERSION = package_version()
 
 
@@ -40,6 +41,7 @@ def base_row(case: Case, impl: Implementation, device: str, act_name: str) -> di
 
 
 def out_format_name(case: Case, act_name: str, output: str) -> str:
+    output = reference_output(output)
     return {"y": act_name, "dx": case.dtype, "dgate": case.gate_dtype, "dweight": case.weight_dtype}[output]
 
 
@@ -65,10 +67,12 @@ def unmeasured(case: Case, impl: Implementation, act_name: str, status: str, tex
                models=()) -> tuple[Check, ...]:
     """Checks carrying no measurement: `error` (the implementation raised, died, hung) or `skip`."""
     return tuple(Check(out, out_format_name(case, act_name, out), ref, None, status, Finding(status, text=text))
-                 for out in OUTPUTS for ref in references_of(impl, models))
+                 for out in CHECKED_OUTPUTS for ref in references_of(impl, models))
 
 
 def budget_for(case: Case, impl: Implementation, out: str, kind: str, fmt, act, overrides, override_path):
+    """The budget of `out` (y_infer's is y's: the same derivation and the same budget file keys)."""
+    out = reference_output(out)
     d = default_budget(out, kind, impl.rounding, fmt, act, promoted_format(fmt_of(case.weight_dtype), act),
                        case.group, case.tokens, case.norm_before_gate, case.regime, impl.math)
     return lookup(list(overrides), d, impl.name, impl.rounding.name, fmt.name, out, kind, case.regime,
@@ -94,42 +98,62 @@ def repeat_finding(r: Repeat | None) -> Finding | None:
 def checks(case: Case, impl: Implementation, refs: CaseReferences, outputs: dict[str, torch.Tensor],
            problems: dict[str, Finding], repeats: dict[str, Repeat], overrides=(), override_path: str = "",
            models=(), allow_nondeterministic: bool = False, top: int = 1) -> tuple[Check, ...]:
-    """Every check of a pair whose implementation ran: `outputs` (the first call's, plain tensors),
-    `problems` (contract findings, per output), `repeats` (the later calls' differences). `top`:
-    elements explained per measured check (the worst first)."""
+    """Every check of a pair whose implementation ran: `outputs` (the first call's and y_infer,
+    plain tensors), `problems` (findings of the implementation's side, per output), `repeats` (the
+    later calls' differences; y_infer's: the no_grad call's against it). A forward-only
+    implementation's backward outputs are `skip` checks. y_infer is measured as y is, against y's
+    references; where its bits are y's, y's measurement is its measurement (every input of the
+    comparison is the same), not computed again. `top`: elements explained per measured check."""
     act = act_format(case, impl.act_follows)
-    inp = refs.inputs
-    metrics = registry()
+    measured: dict[tuple[str, str], tuple] = {}           # (output, reference label) -> (Measurement, finding)
+    same_as_y = INFERENCE_OUTPUT in outputs and "y" in outputs and same_bits(outputs["y"], outputs[INFERENCE_OUTPUT])
     out_checks = []
-    for out in OUTPUTS:
+    for out in CHECKED_OUTPUTS:
         fmt = fmt_of(out_format_name(case, act.name, out))
         for ref in references_of(impl, models):
             budget = budget_for(case, impl, out, ref.kind, fmt, act, overrides, override_path)
             if out in problems:
-                out_checks.append(Check(out, fmt.name, ref, budget, "fail", problems[out]))
+                f = problems[out]
+                out_checks.append(Check(out, fmt.name, ref, budget, "error" if f.kind == "error" else "fail", f))
                 continue
-            lo, hi, gauge = interval(refs, ref, act, out)
-            c = compare(outputs[out], lo, hi, gauge, fmt, budget.metric, budget.value,
-                        exact=refs.values[out] if ref.kind == "model" else None)
-            red = c.reduced
-            golden = refs.certified(out, fmt)
-            elements = explain(c, inp, out, lo, hi, refs.values[out], golden.golden, worst_flats(c, max(top, 1)),
-                               fmt.dtype)
-            cert = {}
-            if ref.kind == "exact":
-                got, gold = c.distance.computed, golden.golden.to(c.distance.computed.device)
-                cert = dict(cr_mismatch=int((got != gold).sum() - (got.isnan() & gold.isnan()).sum()),
-                            certified=golden.certified, uncertified=golden.uncertified)
-            measured = Measurement({n: red.maxima[n] for n in metrics}, {n: red.means[n] for n in metrics},
-                                   red.worst_value, red.worst_index,
-                                   float(c.distance.ref.reshape(-1)[red.worst_flat]) if elements else math.nan,
-                                   red.p99_ulp, red.count_over, c.distance.computed.numel(), tuple(elements), **cert)
-            finding = c.finding
+            if out not in outputs and out in BACKWARD_OUTPUTS and not impl.backward:
+                out_checks.append(Check(out, fmt.name, ref, None, "skip", Finding("skip", text=FORWARD_ONLY)))
+                continue
+            if out == INFERENCE_OUTPUT and same_as_y and ("y", ref.label) in measured:
+                m, finding = measured[("y", ref.label)]
+            else:
+                m, finding = _measure(case, refs, ref, act, out, outputs[out], fmt, budget, top)
+            measured[(out, ref.label)] = (m, finding)
             if finding is None and not allow_nondeterministic:
                 finding = repeat_finding(repeats.get(out))
             out_checks.append(Check(out, fmt.name, ref, budget, "pass" if finding is None else "fail", finding,
-                                    measured, repeats.get(out)))
+                                    m, repeats.get(out)))
     return tuple(out_checks)
+
+
+def _measure(case: Case, refs: CaseReferences, ref: Reference, act, out: str, got: torch.Tensor, fmt, budget,
+             top: int) -> tuple[Measurement, Finding | None]:
+    """One output against one reference: its Measurement and the comparison's finding (None: within
+    budget). `out` may be y_infer: measured against y's reference values."""
+    src = reference_output(out)
+    metrics = registry()
+    lo, hi, gauge = interval(refs, ref, act, src)
+    c = compare(got, lo, hi, gauge, fmt, budget.metric, budget.value,
+                exact=refs.values[src] if ref.kind == "model" else None)
+    red = c.reduced
+    golden = refs.certified(src, fmt)
+    elements = explain(c, refs.inputs, src, lo, hi, refs.values[src], golden.golden, worst_flats(c, max(top, 1)),
+                       fmt.dtype)
+    cert = {}
+    if ref.kind == "exact":
+        computed, gold = c.distance.computed, golden.golden.to(c.distance.computed.device)
+        cert = dict(cr_mismatch=int((computed != gold).sum() - (computed.isnan() & gold.isnan()).sum()),
+                    certified=golden.certified, uncertified=golden.uncertified)
+    m = Measurement({n: red.maxima[n] for n in metrics}, {n: red.means[n] for n in metrics},
+                    red.worst_value, red.worst_index,
+                    float(c.distance.ref.reshape(-1)[red.worst_flat]) if elements else math.nan,
+                    red.p99_ulp, red.count_over, c.distance.computed.numel(), tuple(elements), **cert)
+    return m, c.finding
 
 
 def rows(r: PairResult) -> list[dict]:

@@ -39,6 +39,17 @@ def unravel(flat: int, shape) -> tuple[int, ...]:
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape))) if len(shape) else ()
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits as integers of its width: equal bits, NaN payloads and signed zeros
+    included, are equal integers."""
+    view = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[t.element_size()]
+    return t.contiguous().view(view)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(bits(a), bits(b.to(a.device))))
+
+
 def compare(computed: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, gauge: torch.Tensor, fmt: Format,
             metric: str, budget: float, exact: torch.Tensor | None = None) -> Comparison:
     """`exact`: the exact values, given for a model reference — where that reference is NaN and the

@@ -3,7 +3,9 @@
 A factory `factory(hidden_size, *, eps, zero_centered_gamma, dtype, device) -> nn.Module` and what
 it declares as attributes: `rounding` (a built-in model name or a set of points; "chain" when
 absent), `math` ("accurate" or "fast": the float32 math between the rounding points, "accurate"
-when absent) and `ftz` (float32 subnormals may flush to zero; False when absent), `act_follows`
+when absent), `ftz` (float32 subnormals may flush to zero; False when absent) and `backward`
+(False: a forward-only, inference kernel whose forward is called on inputs that do not require
+grad and whose dx, dgate and dweight are `skip` rows; True when absent), `act_follows`
 ("x", or "weight": TE-style, n and y in the weight's dtype), `devices`, and
 `supports(case) -> None | str`. The math class can be overridden per run: `--impl SPEC@fast+ftz`
 (`with_math`; the suffix travels with the spec to worker processes and replay commands). The op variants reach it as extra keyword arguments,
@@ -47,6 +49,7 @@ class Implementation:
     supports: Callable | None = field(default=None, compare=False)
     findings: tuple[str, ...] = ()     # known departures from the contract (text of their fail reasons)
     math: MathClass = ACCURATE         # the float32 math between the rounding points (+ FTZ)
+    backward: bool = True              # False: forward-only (only y is checked; dx, dgate, dweight skip)
 
     def skip_reason(self, device: str) -> str | None:
         if self.unavailable:
@@ -111,6 +114,10 @@ def from_factory(name: str, factory: Callable, source: str, spec: str = "", **ov
     supports = overrides.pop("supports", getattr(factory, "supports", None))
     if supports is not None and not callable(supports):
         raise UsageError(f"--impl {name}: {source}.supports is not callable")
+    backward = overrides.pop("backward", getattr(factory, "backward", True))
+    if not isinstance(backward, bool):
+        raise UsageError(f"--impl {name}: {source}.backward is {backward!r}; expected True or False")
     spec = spec or (name if source == "builtin" else "")
     return Implementation(name, factory, model, act, devices, source=source, spec=spec,
-                          variants=accepted_variants(factory), supports=supports, math=mc, **overrides)
+                          variants=accepted_variants(factory), supports=supports, math=mc, backward=backward,
+                          **overrides)

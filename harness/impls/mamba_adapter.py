@@ -14,47 +14,41 @@ Facts from mamba_ssm 2.3.2.post1 (mamba_ssm/ops/triton/layernorm_gated.py) that 
 - PyPI has only an sdist; `MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE pip wheel --no-deps
   --no-build-isolation mamba-ssm==2.3.2.post1` builds a pure-Python wheel (torch must be installed).
   Its package __init__ imports the compiled extension `selective_scan_cuda`, which that wheel lacks,
-  so the module is loaded from its file in the installed distribution, never through the package; it
-  needs torch, triton and einops. `implementations()` only finds the file (every harness process
+  so the module is loaded from its file in the installed package (harness/impls/modfile.py), never
+  through the package; it needs torch, triton and einops. `implementations()` only finds the file (every harness process
   lists the built-ins); the factory loads it on first use."""
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
 from pathlib import Path
 
 from torch import nn
 
 from harness.impls.base import Implementation, from_factory
+from harness.impls.modfile import load_file, package_file
 
-DISTRIBUTION = "mamba_ssm"
-MODULE_FILE = "mamba_ssm/ops/triton/layernorm_gated.py"
+PACKAGE = "mamba_ssm"
+MODULE_FILE = "ops/triton/layernorm_gated.py"
 NEEDS = ("triton", "einops")
 
 
 def module_path() -> tuple[Path | None, str]:
     """(the installed layernorm_gated.py, "") or (None, why not)."""
-    try:
-        dist = importlib.metadata.distribution(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None, "mamba_ssm not installed (pip install the wheel built as harness/impls/mamba_adapter.py says)"
-    hits = [f for f in (dist.files or ()) if str(f).replace("\\", "/").endswith(MODULE_FILE)]
-    if not hits:
-        return None, f"mamba_ssm {dist.version} has no {MODULE_FILE}"
+    path, why = package_file(PACKAGE, (MODULE_FILE,))
+    if path is None:
+        return None, f"{why} (pip install the wheel built as harness/impls/mamba_adapter.py says)"
     missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
     if missing:
         return None, f"mamba_ssm's {MODULE_FILE} needs {' and '.join(missing)}, not installed"
-    return Path(dist.locate_file(hits[0])), ""
+    return path, ""
 
 
 @functools.cache
 def load_rmsnorm(path: str):
-    """mamba_ssm's RMSNorm class, from its file (not through the package's __init__)."""
-    spec = importlib.util.spec_from_file_location("harness_mamba_ssm_layernorm_gated", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RMSNorm
+    """mamba_ssm's RMSNorm class, from its file (not through the package's __init__; it imports
+    only torch, triton and einops: no stand-ins)."""
+    return load_file(path, "mamba_ssm_layernorm_gated").RMSNorm
 
 
 class MambaGatedRMSNorm(nn.Module):

@@ -5,8 +5,12 @@ module; the pristine inputs are never handed out. What is judged is the first ca
 into plain tensors the moment the call returns (y before the backward runs, the gradients right
 after it), before any other call: a kernel that writes a persistent buffer, is right only on its
 first call, or returns a Tensor subclass cannot substitute later data. Then the same inputs again
-(fresh copies): a second call, and the timed calls, whose last result is compared too — any output
-that differs bit for bit is reported per element. Finally the first call's input copies are
+(fresh copies): first the inference path — the forward under torch.inference_mode(), whose y is
+`y_infer` (cloned as the first call's are, judged against y's references), and under
+torch.no_grad(), which must give y_infer's bits —, then a second call and the timed calls, whose last
+result is compared too: any output that differs bit for bit is reported per element. A forward-only
+implementation (`backward = False`) is called on inputs that do not require grad, and every call
+of it is the forward alone. Finally the first call's input copies are
 compared with the pristine inputs: an implementation that wrote into one is named (reusing dy's
 buffer for dx, as Liger-Kernel's in-place RMSNorm does, is legitimate: it only ever wrote its own
 copy).
@@ -18,11 +22,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from harness.analysis.compare import unravel
+from harness.analysis.compare import bits, unravel
 from harness.analysis.result import Finding, Repeat, Speed
 from harness.cases.case import Case
 from harness.cases.generate import act_format, generate
@@ -31,6 +35,7 @@ from harness.pipeline import fpenv
 from harness.pipeline.settings import Settings
 from harness.references.errors import Unsupported, out_of_memory
 from harness.references.exact import OUTPUTS, Inputs
+from harness.reports.schema import INFERENCE_OUTPUT
 
 # Untimed warm calls before each timing on a GPU (Triton's do_bench warms up for 25 ms too).
 WARMUP_SECONDS = 0.025
@@ -110,16 +115,25 @@ def plain(name: str, t, shape, dtype: torch.dtype) -> tuple[torch.Tensor | None,
 
 
 class _Call:
-    """One forward and backward on fresh copies of the pristine inputs."""
+    """One forward (and backward, where `grad`) on fresh copies of the pristine inputs; without
+    `grad`, x and the gate do not require grad (a forward-only implementation, the inference path)."""
 
-    def __init__(self, module, weight, base: Inputs):
+    def __init__(self, module, weight, base: Inputs, grad: bool = True):
         with torch.no_grad():
             weight.copy_(base.weight.to(device=weight.device, dtype=weight.dtype))
         weight.grad = None
         self.module, self.weight = module, weight
-        self.x = base.x.detach().clone().requires_grad_(True)
-        self.gate = base.gate.detach().clone().requires_grad_(True)
+        self.x = base.x.detach().clone().requires_grad_(grad)
+        self.gate = base.gate.detach().clone().requires_grad_(grad)
         self.dy = base.dy.detach().clone()
+        self.grad = grad
+
+    def run(self):
+        """The forward, and the backward where this call has one: y."""
+        y = self.forward()
+        if self.grad:
+            self.backward(y)
+        return y
 
     def forward(self):
         return self.module(self.x, self.gate)
@@ -130,7 +144,8 @@ class _Call:
         y.backward(self.dy)
 
     def grads(self) -> dict:
-        return {"dx": self.x.grad, "dgate": self.gate.grad, "dweight": self.weight.grad}
+        """The backward's outputs (none for a call without one)."""
+        return {"dx": self.x.grad, "dgate": self.gate.grad, "dweight": self.weight.grad} if self.grad else {}
 
 
 def expected(inp: Inputs, act_dtype: torch.dtype) -> dict[str, tuple]:
@@ -138,13 +153,16 @@ def expected(inp: Inputs, act_dtype: torch.dtype) -> dict[str, tuple]:
             "dgate": (inp.gate.shape, inp.gate.dtype), "dweight": (inp.weight.shape, inp.weight.dtype)}
 
 
-def first_call(module, weight, base: Inputs, act_dtype, device: str):
-    """The judged call: (outputs, problems, the call's own input copies)."""
+def first_call(module, weight, base: Inputs, act_dtype, device: str, backward: bool = True):
+    """The judged call: (outputs, problems, the call's own input copies). Forward-only
+    (`backward` False): y alone, from inputs that do not require grad."""
     want = expected(base, act_dtype)
-    call = _Call(module, weight, base)
+    call = _Call(module, weight, base, grad=backward)
     y = call.forward()
     y_out, y_bad = plain("y", y, *want["y"])           # at once: before the backward can touch it
     outputs, problems = {}, {}
+    if not backward:
+        return ({}, {"y": y_bad}, call) if y_bad is not None else ({"y": y_out}, {}, call)
     if y_bad is not None and not (isinstance(y, torch.Tensor) and tuple(y.shape) == tuple(base.x.shape)):
         # without a usable y there is no backward either: every output fails
         return {}, {k: y_bad for k in OUTPUTS}, call
@@ -159,11 +177,6 @@ def first_call(module, weight, base: Inputs, act_dtype, device: str):
     return outputs, problems, call
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    view = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[t.element_size()]
-    return t.contiguous().view(view)
-
-
 def differing(first: dict[str, torch.Tensor], later: dict) -> dict[str, Repeat]:
     """Per output of the first call, the elements whose bits a later call changed (NaN payloads
     included), with the first of them."""
@@ -174,7 +187,7 @@ def differing(first: dict[str, torch.Tensor], later: dict) -> dict[str, Repeat]:
             out[k] = Repeat(t.numel(), unravel(0, t.shape) if t.numel() else (),
                             float(t.reshape(-1)[0]) if t.numel() else math.nan)
             continue
-        diff = (_bits(t) != _bits(u.detach())).reshape(-1)
+        diff = (bits(t) != bits(u.detach())).reshape(-1)
         n = int(diff.sum())
         if n:
             k0 = int(diff.nonzero()[0])
@@ -188,15 +201,41 @@ def _worse(a: dict[str, Repeat], b: dict[str, Repeat]) -> dict[str, Repeat]:
     return {k: (b[k] if b.get(k, Repeat()).count > a[k].count else a[k]) for k in a}
 
 
-def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats: int) -> tuple[dict, Speed | None]:
+def inference_calls(module, weight, base: Inputs, act_dtype, device: str) -> tuple[dict, dict, dict]:
+    """The inference path: the forward under torch.inference_mode() on fresh copies — its y is
+    `y_infer`, cloned into a plain tensor as the call returns — then under torch.no_grad() on fresh
+    copies, whose y must have y_infer's bits. (outputs, problems, repeats), each keyed y_infer. A
+    call that raises is an `error` finding of y_infer (the training path ran the case)."""
+    shape, dtype = expected(base, act_dtype)["y"]
+    try:
+        call = _Call(module, weight, base, grad=False)
+        with torch.inference_mode():
+            y = call.forward()
+        # named y in the words, so that a finding known for y (its dtype) is known here too
+        got, bad = plain("y", y, shape, dtype)
+        if bad is not None:
+            return {}, {INFERENCE_OUTPUT: replace(bad, text=f"under torch.inference_mode(): {bad.text}")}, {}
+        call = _Call(module, weight, base, grad=False)
+        with torch.no_grad():
+            y = call.forward()
+        _sync(device)
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return {}, {INFERENCE_OUTPUT: Finding("error", text=f"the inference path raised {short(e)}")}, {}
+    return {INFERENCE_OUTPUT: got}, {}, differing({INFERENCE_OUTPUT: got}, {INFERENCE_OUTPUT: y})
+
+
+def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats: int,
+                backward: bool = True) -> tuple[dict, Speed | None]:
     """A second call (compared with the first), then on a GPU WARMUP_SECONDS of untimed ones, then
     `repeats` timed calls — each on fresh copies, prepared before the clock starts — of which the
-    last is compared too; their median wall time (host-inclusive: Python, launches, the final
-    sync) and, on a GPU, the call's GPU time (harness.pipeline.gputime), measured after everything
-    compared. (per-output Repeat, Speed or None)."""
-    call = _Call(module, weight, base)
-    y = call.forward()
-    call.backward(y)
+    last is compared too; forward and backward, or the forward alone where `backward` is False.
+    Their median wall time (host-inclusive: Python, launches, the final sync) and, on a GPU, the
+    call's GPU time (harness.pipeline.gputime), measured after everything compared. (per-output
+    Repeat, Speed or None)."""
+    call = _Call(module, weight, base, grad=backward)
+    y = call.run()
     _sync(device)
     got = differing(first, {"y": y, **call.grads()})
     if not repeats:
@@ -204,16 +243,14 @@ def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats:
     cuda = device.startswith("cuda")
     t0 = time.perf_counter()
     while cuda and time.perf_counter() - t0 < WARMUP_SECONDS:
-        c = _Call(module, weight, base)
-        c.backward(c.forward())
+        _Call(module, weight, base, grad=backward).run()
         _sync(device)
     times = []
     for _ in range(repeats):
-        c = _Call(module, weight, base)
+        c = _Call(module, weight, base, grad=backward)
         _sync(device)
         t1 = time.perf_counter()
-        y = c.forward()
-        y.backward(c.dy)
+        y = c.run()
         _sync(device)
         times.append(time.perf_counter() - t1)
     got = _worse(got, differing(first, {"y": y, **c.grads()}))
@@ -224,12 +261,10 @@ def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats:
     from harness.pipeline.gputime import gpu_time
 
     def run(c: _Call) -> dict:
-        out = c.forward()
-        out.backward(c.dy)
-        return {"y": out, **c.grads()}
-    seconds, method = gpu_time(lambda: _Call(module, weight, base), run, first,
+        return {"y": c.run(), **c.grads()}
+    seconds, method = gpu_time(lambda: _Call(module, weight, base, grad=backward), run, first,
                                lambda a, b: not any(r.count for r in differing(a, b).values()), repeats)
-    moved = bytes_moved(base)
+    moved = bytes_moved(base, backward)
     floor = moved / copy_bandwidth(device) / seconds if seconds > 0 else math.nan      # NaN: no GPU time
     return got, Speed(wall, seconds, method, moved, floor)
 
@@ -239,7 +274,7 @@ def modified(call: _Call, weight, base: Inputs) -> tuple[str, ...]:
     def changed(a, b) -> bool:
         a = a.detach()
         b = b.to(device=a.device, dtype=a.dtype)
-        return a.shape != b.shape or bool((_bits(a) != _bits(b)).any())
+        return a.shape != b.shape or bool((bits(a) != bits(b)).any())
     mine = {"x": call.x, "gate": call.gate, "weight": weight, "dy": call.dy}
     return tuple(k for k in INPUTS if changed(mine[k], getattr(base, k)))
 
@@ -270,19 +305,25 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
     except BaseException as e:
         return _failure(e, "factory")
     try:
-        outputs, problems, call = first_call(module, weight, base, act.dtype, s.device)
+        outputs, problems, call = first_call(module, weight, base, act.dtype, s.device, impl.backward)
     except BaseException as e:
-        return _failure(e, "forward/backward")
+        return _failure(e, "forward" if not impl.backward else "forward/backward")
     rec = CallRecord("ran", "", outputs, problems, seconds=time.perf_counter() - t0)
     t1 = time.perf_counter()
-    if outputs:
+    if not outputs:                                # no usable y: the inference path's is not judged either
+        rec.problems = {**problems, INFERENCE_OUTPUT: problems["y"]}
+    else:
         rec.inputs_modified = modified(call, weight, base)
+        got, bad, infer_repeats = inference_calls(module, weight, base, act.dtype, s.device)
+        rec.outputs, rec.problems = {**outputs, **got}, {**problems, **bad}
         try:
-            rec.repeats, rec.speed = later_calls(module, weight, base, outputs, s.device, s.timed_calls)
+            rec.repeats, rec.speed = later_calls(module, weight, base, outputs, s.device, s.timed_calls,
+                                                 impl.backward)
         except BaseException as e:                # a later call that fails: not repeatable
             if isinstance(e, KeyboardInterrupt):
                 raise
             rec.repeats = {k: Repeat(error=short(e)) for k in outputs}
+        rec.repeats = {**rec.repeats, **infer_repeats}
     rec.timing_seconds = time.perf_counter() - t1
     if fpenv.flushes_subnormals():
         notes.append(f"left {fpenv.WHAT} on; turned off after its pair")
@@ -291,10 +332,13 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
     return rec
 
 
-def bytes_moved(inp: Inputs) -> int:
+def bytes_moved(inp: Inputs, backward: bool = True) -> int:
     """What a fused forward + backward must read and write at least: x, gate, dy in, y, dx, dgate out
-    (each in its dtype; y and dx as x), and the weight in and dweight out."""
+    (each in its dtype; y and dx as x), and the weight in and dweight out; a forward alone: x, gate
+    and the weight in, y out."""
     n = inp.x.numel()
+    if not backward:
+        return n * (2 * inp.x.element_size() + inp.gate.element_size()) + inp.hidden * inp.weight.element_size()
     row = 3 * inp.x.element_size() + 2 * inp.gate.element_size() + inp.dy.element_size()
     return n * row + 2 * inp.hidden * inp.weight.element_size()
 

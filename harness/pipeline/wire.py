@@ -13,7 +13,7 @@ import torch
 
 from harness.analysis.result import Finding, Repeat, Speed
 from harness.pipeline.call import CallRecord
-from harness.references.exact import OUTPUTS
+from harness.reports.schema import CHECKED_OUTPUTS as OUTPUTS
 
 MAGIC = b"HRC1"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -21,6 +21,7 @@ _NAMES = {v: k for k, v in DTYPES.items()}
 STATUSES = ("ran", "skip", "error")
 INPUTS = ("x", "gate", "weight", "dy")
 GPU_METHODS = ("graph", "profiler", "")
+PROBLEM_KINDS = ("contract", "error")     # what the implementation's side can find: a broken contract, a raise
 
 
 class WireError(ValueError):
@@ -37,7 +38,7 @@ def encode(rec: CallRecord) -> bytes:
         offset += len(raw)
     head = {
         "status": rec.status, "text": rec.text, "outputs": meta,
-        "problems": {k: f.text for k, f in rec.problems.items()},
+        "problems": {k: [f.kind, f.text] for k, f in rec.problems.items()},
         "repeats": {k: [r.count, list(r.index), r.first, r.later, r.error] for k, r in rec.repeats.items()},
         "inputs_modified": list(rec.inputs_modified), "notes": list(rec.notes),
         "seconds": rec.seconds, "timing_seconds": rec.timing_seconds,
@@ -108,8 +109,10 @@ def decode(data: bytes | bytearray) -> CallRecord:
         raw = torch.frombuffer(bytearray(payload[off:off + nbytes]), dtype=torch.uint8) if nbytes else \
             torch.empty(0, dtype=torch.uint8)
         outputs[k] = raw.view(dtype).reshape(shape)
-    problems = {k: Finding("contract", text=_text(v, f"problems.{k}"))
-                for k, v in _names(head["problems"], OUTPUTS, "problems").items()}
+    problems = {}
+    for k, v in _names(head["problems"], OUTPUTS, "problems").items():
+        _want(isinstance(v, list) and len(v) == 2 and v[0] in PROBLEM_KINDS, f"problems.{k}")
+        problems[k] = Finding(v[0], text=_text(v[1], f"problems.{k}"))
     repeats = {}
     for k, v in _names(head["repeats"], OUTPUTS, "repeats").items():
         _want(isinstance(v, list) and len(v) == 5 and isinstance(v[1], list), f"repeats.{k}")
