@@ -189,6 +189,19 @@ def test_no_grad_must_give_the_inference_mode_bits(tmp_path, monkeypatch):
     assert rows[("y", "model:chain")]["status"] == "pass"
 
 
+def test_no_grad_y_on_another_device_fails_y_infer_and_keeps_the_pair(tmp_path, monkeypatch):
+    """A y the no_grad call returns on another device is a difference of every element (y_infer
+    not_repeatable), never an exception that would turn the pair's computed rows into errors."""
+    (tmp_path / "metamod.py").write_text(NO_GRAD_DIFFERS.replace(
+        "            y = y.clone()\n            y.view(-1)[5] = torch.nextafter(y.view(-1)[5], torch.tensor(float(\"inf\"), "
+        "dtype=y.dtype))\n", "            y = y.to('meta')\n"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = {(r["output"], r["reference"]): r for r in pair_rows(make_case(), registry.resolve("m=metamod:make"))}
+    r = rows[("y_infer", "model:chain")]
+    assert r["status"] == "fail" and r["fail_kind"] == "not_repeatable" and r["differing_elements"] == 4 * 32
+    assert all(rows[(o, "model:chain")]["status"] == "pass" for o in ("y", "dx", "dgate", "dweight"))
+
+
 def test_inference_path_that_raises_is_an_error_of_y_infer(tmp_path, monkeypatch):
     (tmp_path / "raisemod.py").write_text(NO_GRAD_DIFFERS.replace(
         "        y = self.inner(x, gate)\n",

@@ -19,6 +19,7 @@ class FakeCuda:
 
     def __init__(self, monkeypatch, end_raises: bool = False):
         self.current, self.capturing, self.replays, self.end_raises = "default", False, 0, end_raises
+        self.capturing_on = None
         fake = self
 
         class Stream:
@@ -28,9 +29,11 @@ class FakeCuda:
         class Graph:
             def capture_begin(self, capture_error_mode="global"):
                 assert capture_error_mode == "thread_local"
-                fake.capturing = True
+                fake.capturing, fake.capturing_on = True, fake.current
 
             def capture_end(self):
+                if fake.current is not fake.capturing_on:      # torch: ends only on the capturing stream
+                    raise RuntimeError("capture_end on a stream that is not capturing")
                 fake.capturing = False
                 if fake.end_raises:
                     raise RuntimeError("operation not permitted when stream is capturing")
@@ -124,6 +127,48 @@ def test_no_gpu_time_leaves_the_columns_empty(monkeypatch):
     monkeypatch.setattr(gputime, "profiler_seconds", broken)
     seconds, method = gputime.gpu_time(prepare, run, {"y": torch.full((3,), 2.0)}, same, least=5)
     assert math.isnan(seconds) and method == ""
+
+
+def test_a_plugin_that_leaves_another_stream_current_or_exits_leaves_no_capture_open(monkeypatch):
+    """A call that switches the current stream inside the capture, or raises SystemExit there and in
+    the profiler: the capture is ended on its own stream, nothing escapes, the columns stay empty."""
+    cuda = FakeCuda(monkeypatch)
+
+    def prepare():
+        return SimpleNamespace(x=torch.ones(3))
+
+    def switching(call):
+        cuda.current = "another"                      # torch.cuda.set_stream, never put back
+        return {"y": call.x * 2}
+    gputime.gpu_time(prepare, switching, {"y": torch.full((3,), 2.0)}, same, least=5)
+    assert not cuda.capturing
+
+    def exits(call):
+        raise SystemExit(3)
+    monkeypatch.setattr(gputime, "profiler_seconds", lambda prepare, run, least: run(prepare()))
+    cuda.current = "default"
+    seconds, method = gputime.gpu_time(prepare, exits, {"y": torch.full((3,), 2.0)}, same, least=5)
+    assert math.isnan(seconds) and method == "" and not cuda.capturing and cuda.current == "default"
+
+
+def test_a_failing_gpu_timing_changes_no_verdict(monkeypatch):
+    """The bandwidth probe running out of memory (or any failure of the GPU timing) leaves the GPU
+    columns empty; the pair's repeat comparison is as it was."""
+    from harness.cases.generate import generate
+    from harness.impls.torch_ref import chain
+    from harness.pipeline import call
+    from tests.conftest import make_case
+    FakeCuda(monkeypatch)
+    base = generate(make_case(shape=(4, 32)))
+    m = chain(32, eps=base.eps, zero_centered_gamma=False, dtype=base.weight.dtype, device="cpu")
+    first = {"y": m(base.x, base.gate).detach()}
+
+    def oom(device):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
+    monkeypatch.setattr(call, "copy_bandwidth", oom)
+    monkeypatch.setattr(gputime, "profiler_seconds", lambda prepare, run, least: 1e-4)
+    speed = call._gpu_speed(m, m.weight, base, first, 3, True, 2e-3, "cuda")
+    assert speed.impl_seconds == 2e-3 and math.isnan(speed.gpu_seconds) and speed.gpu_method == ""
 
 
 def test_device_seconds_sums_the_device_events_only():

@@ -40,7 +40,6 @@ from harness.impls.base import Implementation, from_factory
 from harness.impls.modfile import PREFIX, load_file, package_file, stand_in
 
 NEEDS = ("triton", "einops")
-FORWARD_ONLY = "forward-only (no backward)"
 
 
 def cdiv(a: int, b: int) -> int:

@@ -183,7 +183,7 @@ def differing(first: dict[str, torch.Tensor], later: dict) -> dict[str, Repeat]:
     out = {}
     for k, t in first.items():
         u = later.get(k)
-        if type(u) is not torch.Tensor or u.shape != t.shape or u.dtype != t.dtype:
+        if type(u) is not torch.Tensor or u.shape != t.shape or u.dtype != t.dtype or u.device != t.device:
             out[k] = Repeat(t.numel(), unravel(0, t.shape) if t.numel() else (),
                             float(t.reshape(-1)[0]) if t.numel() else math.nan)
             continue
@@ -219,11 +219,12 @@ def inference_calls(module, weight, base: Inputs, act_dtype, device: str) -> tup
         with torch.no_grad():
             y = call.forward()
         _sync(device)
+        repeats = differing({INFERENCE_OUTPUT: got}, {INFERENCE_OUTPUT: y})
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
         return {}, {INFERENCE_OUTPUT: Finding("error", text=f"the inference path raised {short(e)}")}, {}
-    return {INFERENCE_OUTPUT: got}, {}, differing({INFERENCE_OUTPUT: got}, {INFERENCE_OUTPUT: y})
+    return {INFERENCE_OUTPUT: got}, {}, repeats
 
 
 def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats: int,
@@ -258,15 +259,28 @@ def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats:
     wall = times[len(times) // 2]
     if not cuda:
         return got, Speed(wall)
+    return got, _gpu_speed(module, weight, base, first, repeats, backward, wall, device)
+
+
+def _gpu_speed(module, weight, base: Inputs, first: dict, repeats: int, backward: bool, wall: float,
+               device: str) -> Speed:
+    """The call's GPU time beside its wall time. Everything compared is already compared: whatever
+    goes wrong here (the capture, the profiler, the bandwidth probe's memory) leaves the GPU
+    columns empty and never touches a verdict."""
     from harness.pipeline.gputime import gpu_time
 
     def run(c: _Call) -> dict:
         return {"y": c.run(), **c.grads()}
-    seconds, method = gpu_time(lambda: _Call(module, weight, base, grad=backward), run, first,
-                               lambda a, b: not any(r.count for r in differing(a, b).values()), repeats)
-    moved = bytes_moved(base, backward)
-    floor = moved / copy_bandwidth(device) / seconds if seconds > 0 else math.nan      # NaN: no GPU time
-    return got, Speed(wall, seconds, method, moved, floor)
+    try:
+        seconds, method = gpu_time(lambda: _Call(module, weight, base, grad=backward), run, first,
+                                   lambda a, b: not any(r.count for r in differing(a, b).values()), repeats)
+        moved = bytes_moved(base, backward)
+        floor = moved / copy_bandwidth(device) / seconds if seconds > 0 else math.nan   # NaN: no GPU time
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return Speed(wall)
+    return Speed(wall, seconds, method, moved, floor)
 
 
 def modified(call: _Call, weight, base: Inputs) -> tuple[str, ...]:

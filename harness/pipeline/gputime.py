@@ -54,7 +54,9 @@ def capture(prepare: Callable[[], object], run: Callable[[object], dict], warmup
         try:
             outputs = run(call)
         finally:
-            graph.capture_end()             # ends the capture even when `run` raised (then raises)
+            # on the capturing stream, even where `run` raised or left another stream current
+            with torch.cuda.stream(side):
+                graph.capture_end()
     torch.cuda.synchronize()
     return graph, outputs
 
@@ -113,11 +115,15 @@ def gpu_time(prepare: Callable[[], object], run: Callable[[object], dict], first
         torch.cuda.synchronize()
         if same(first, outputs):
             return replay_seconds(graph, least), "graph"
-    except Exception:             # noqa: BLE001 — not capturable: the profiler's way below
+    except BaseException as e:    # noqa: BLE001 — not capturable (a plug-in's SystemExit too): the profiler's way
+        if isinstance(e, KeyboardInterrupt):
+            raise
         settle()
     try:
         return profiler_seconds(prepare, run, least), "profiler"
-    except Exception:             # noqa: BLE001 — no GPU time: the columns stay empty
+    except BaseException as e:    # noqa: BLE001 — no GPU time: the columns stay empty
+        if isinstance(e, KeyboardInterrupt):
+            raise
         settle()
         return math.nan, ""
 
