@@ -22,10 +22,8 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/harness run --impl torch --cases quick --device auto --out $(OUT)
 
-# Bytecode kept (an image may set PYTHONDONTWRITEBYTECODE=1): the tests start hundreds of harness
-# processes, each of which would compile the package's sources again (~0.3-0.5 s apiece).
 test: $(STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider -n 2
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 
 clean:
 	rm -rf $(VENV) $(OUT)
