@@ -19,11 +19,10 @@
 #               included: the whole command as typed against timing.csv's phases (issue 29)
 #   reference   the float64 reference pass against the bandwidth floor (bench/bench_reference.py)
 #   hf-full     full on CUDA for the four HF adapters
-#   hf-field    the HF adapters of issue 28 (HF_FIELD below): quick and full on CUDA, identify each; they
-#               need transformers 5.24.0 and its dependencies in .whl/ (the image's 5.17.0 lacks LaraMini
-#               and NemotronH, and Bamba/GraniteMoeHybrid have no groups there)
-#   hf          full on CUDA for the HF adapters of issue 28 (HF_NEW: silu and sigmoid; transformers 5.24.0 in
-#               .whl/), then identify for every HF adapter at once, one process each
+#   hf          full on CUDA for the HF adapters of issue 28 (HF_NEW: silu and sigmoid), then identify for
+#               every HF adapter at once, one process each (identify runs quick against every model, the
+#               declared one included); they need transformers 5.24.0 and its dependencies in .whl/ (the
+#               image's 5.17.0 lacks LaraMini and NemotronH, and Bamba/GraniteMoeHybrid have no groups there)
 #   selftest    `harness selftest --device cuda`
 #   big         bench/suites/big.toml for torch: 16.8-33.6 M-element cases, whose references and checks
 #               run on the GPU in each worker's judge, the outputs sent there from the implementation's
@@ -32,8 +31,6 @@
 #               over the sigmoid tables; dgate's saturated regime reported)
 #   sigmoid-fla `fla` (FusedRMSNormGated, activation="sigmoid" on the sigmoid cases) through quick and full
 #               at its declared class (fast), and identify (keyed by activation); fla-gated runs them as skips
-#   sigmoid-hf  the sigmoid HF adapters (HF_SIGMOID below) through quick and full on CUDA, and identify each
-#               (transformers 5.24.0 in .whl/, as for hf-field)
 #   serve       the serving stacks' forward-only Triton gated norms (SERVE below: sglang-gated, sglang-fused,
 #               vllm-gated) through quick and full on CUDA and identify each, and their CUDA tests. It needs
 #               only .whl-serve/ (carry it without .whl/): sglang's cp312 wheel, installed --no-deps when
@@ -72,7 +69,6 @@ timings() { for d in "$@"; do echo "== $d/timing.csv" >> "$LOG"; cat "$OUT/$d/ti
 cold() { rm -rf ~/.triton/cache "/tmp/torchinductor_$(id -un)"; }
 CUDA_IMPLS="--impl torch --impl torch-compile --impl fla --impl fla-gated --impl mamba --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 --impl hf-zamba2"
 HF_FIELD="hf-qwen35 hf-qwen4exp hf-olmohybrid hf-laramini hf-nemotronh hf-granitemoehybrid hf-bamba"
-HF_SIGMOID="hf-kimilinear hf-bailinghybrid hf-glm5next hf-qwen4exp"
 SERVE="sglang-gated sglang-fused vllm-gated"
 HF_NEW="$HF_FIELD hf-kimilinear hf-bailinghybrid hf-glm5next"
 HF_ALL="hf-qwen3next hf-falconh1 hf-mamba2 hf-zamba2 $HF_NEW"
@@ -125,14 +121,6 @@ for stage in "$@"; do
     reference) step reference 300 python3 bench/bench_reference.py --repeat 50 ;;
     hf-full) step hf-full 600 python3 -m harness run --impl hf-qwen3next --impl hf-falconh1 --impl hf-mamba2 \
              --impl hf-zamba2 --cases full --device cuda --jobs 16 --out "$OUT/hf-full" --no-report --repeats 0 ;;
-    hf-field) step hf-field-quick 600 python3 -m harness run $(printf -- '--impl %s ' $HF_FIELD) --cases quick \
-             --device cuda --jobs 8 --out "$OUT/hf-field-quick" --no-report
-      step hf-field-full 600 python3 -m harness run $(printf -- '--impl %s ' $HF_FIELD) --cases full --device cuda \
-           --jobs 16 --out "$OUT/hf-field-full" --no-report --repeats 0
-      for i in $HF_FIELD; do
-        step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
-             --out "$OUT/id-$i" --no-report
-      done ;;
     hf) step hf-new-full 600 python3 -m harness run $(printf -- '--impl %s ' $HF_NEW) --cases full --device cuda \
              --jobs 16 --out "$OUT/hf-new-full" --no-report --repeats 0
       identify_all $HF_ALL ;;
@@ -149,14 +137,6 @@ for stage in "$@"; do
            --out "$OUT/sigmoid-fla-full" --no-report --repeats 0
       step identify-fla-sigmoid 300 python3 -m harness identify --impl fla --cases quick --device cuda --jobs 4 \
            --out "$OUT/id-fla-sigmoid" --no-report ;;
-    sigmoid-hf) step sigmoid-hf-quick 600 python3 -m harness run $(printf -- '--impl %s ' $HF_SIGMOID) --cases quick \
-             --device cuda --jobs 8 --out "$OUT/sigmoid-hf-quick" --no-report
-      step sigmoid-hf-full 600 python3 -m harness run $(printf -- '--impl %s ' $HF_SIGMOID) --cases full --device cuda \
-           --jobs 16 --out "$OUT/sigmoid-hf-full" --no-report --repeats 0
-      for i in $HF_SIGMOID; do
-        step "identify-$i" 300 python3 -m harness identify --impl $i --cases quick --device cuda --jobs 4 \
-             --out "$OUT/id-$i" --no-report
-      done ;;
     serve) if ! python3 -c 'import importlib.util as u, sys; sys.exit(u.find_spec("sglang") is None)'; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl-serve/*.whl || exit 1
       fi
