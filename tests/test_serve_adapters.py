@@ -98,14 +98,23 @@ class FusedRMSNormGated(torch.nn.Module):
 
 @pytest.fixture
 def packages(tmp_path, monkeypatch):
-    """Bare folders laid out as vllm 0.26.0 and sglang 0.5.23 (only the adapters' files)."""
+    """Folders laid out as vllm 0.26.0 and sglang 0.5.23 (only the adapters' files, and empty top-level
+    __init__.py files, never executed), ahead of an installed vllm and sglang on sys.path (as on the
+    device, where sglang is installed)."""
     files = {"vllm/third_party/flash_linear_attention/ops/layernorm_guard.py": VLLM,
              "sglang/kernels/ops/attention/fla/layernorm_gated.py": SGLANG_GATED,
              "sglang/kernels/ops/attention/fla/fused_norm_gate.py": SGLANG_FUSED}
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    installed = tmp_path / "site-packages"        # as if both were installed: behind, never loaded
+    for rel in files:
+        (installed / rel).parent.mkdir(parents=True, exist_ok=True)
+        (installed / rel).write_text("raise RuntimeError('the installed file ran, not the stand-in')\n")
+    for top in ("vllm", "sglang"):   # regular packages: found before an installed one (a folder
+        (tmp_path / top / "__init__.py").write_text("")     # without __init__ would lose to it)
+        (installed / top / "__init__.py").write_text("raise RuntimeError('the package ran')\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path, str(installed)])
     return tmp_path
 
 
