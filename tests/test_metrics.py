@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 from harness.analysis.compare import compare
 from harness.analysis.explain import reason
-from harness.references.formats import fmt_of
-from harness.references.metrics import Metric, distance, reduce, registry
+from harness.references.formats import fmt_of, round_to
+from harness.references.metrics import Metric, distance, kth_largest, reduce, registry
 
 
 def element_errors(c, lo, hi, gauge, fmt):
@@ -205,6 +205,42 @@ def test_reduce_empty_and_scalar():
     assert r.count_over == 0 and r.worst_index == ()
     r = red(_ee(0.7), "ulp", 0.5)
     assert r.count_over == 1 and r.worst_index == () and r.max_ulp == 0.7 and r.p99_ulp == 0.7
+
+
+@pytest.mark.parametrize("kind", ["uniform", "ties", "infs", "skewed", "sorted", "tail"])
+def test_kth_largest_is_topk_exactly(kind):
+    """The sampled threshold is a shortcut, never an estimate: the same order statistic as a full
+    top-k, including where the strided sample misjudges the tail (sorted, a tail the sample skips)."""
+    g = torch.Generator().manual_seed(7)
+    n = 50_000
+    u = {"uniform": torch.rand(n, generator=g, dtype=torch.float64),
+         "ties": torch.full((n,), 0.25, dtype=torch.float64),
+         "infs": torch.where(torch.rand(n, generator=g) < 0.02, INF, 0.5).to(torch.float64),
+         "skewed": torch.rand(n, generator=g, dtype=torch.float64) ** 40,
+         "sorted": torch.linspace(0, 1, n, dtype=torch.float64),
+         "tail": torch.zeros(n, dtype=torch.float64)}[kind]
+    if kind == "tail":                      # the top 1 % between the sample's strides
+        u[1:n:49] = 2.0
+    for k in (1, 17, 500, n // 10, n):
+        assert kth_largest(u, k) == float(torch.topk(u, k).values[-1])
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_no_special_shortcut_gives_the_special_paths_errors(fmt):
+    """Where neither side has a NaN or infinity, every metric's errors are those of the full path
+    (the same tensor with one special element added, compared on the ordinary elements)."""
+    f = fmt_of(fmt)
+    ref = torch.linspace(-3, 3, 101, dtype=torch.float64)
+    got = round_to(ref * (1 + 3 * f.u), f)
+    plain = distance(got, ref, ref, ref.abs(), f)
+    assert not plain.any_special
+    with_nan = distance(torch.cat([got, torch.tensor([NAN], dtype=torch.float64)]),
+                        torch.cat([ref, torch.tensor([1.0], dtype=torch.float64)]),
+                        torch.cat([ref, torch.tensor([1.0], dtype=torch.float64)]), torch.cat([ref.abs(), ref[:1]]), f)
+    assert with_nan.any_special
+    for name, m in registry().items():
+        assert torch.equal(m.errors(plain), m.errors(with_nan)[:-1]), name
+    assert math.isinf(float(registry()["ulp"].errors(with_nan)[-1]))
 
 
 def test_end_to_end_nan_in_computed_counts_over():

@@ -60,17 +60,17 @@ def compare(computed: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, gauge: t
     d = distance(computed, lo, hi, gauge, fmt)
     errors = {name: m.errors(d) for name, m in registry().items()}
     red = reduce(d, errors, metric, budget)
-    nan_ref = torch.isnan(lo) | torch.isnan(hi)
+    nan_ref = d.ref_nan
     finding = None
-    if bool(nan_ref.any()):
+    if d.any_special and bool(nan_ref.any()):
         k = int(nan_ref.reshape(-1).nonzero()[0])
         v = math.nan if exact is None else float(exact.reshape(-1)[k])
         finding = Finding("nan_reference", unravel(k, computed.shape), other=v)
     else:
-        nonfinite = ~torch.isfinite(d.computed)
-        if bool(nonfinite.any()):                   # the roundings only where something is non-finite
+        nonfinite = ~torch.isfinite(d.computed) if d.any_special else None
+        if nonfinite is not None and bool(nonfinite.any()):   # the roundings only where something is non-finite
             nonfinite &= torch.isfinite(round_to(lo, fmt)) & torch.isfinite(round_to(hi, fmt))
-        if bool(nonfinite.any()):
+        if nonfinite is not None and bool(nonfinite.any()):
             k = int(nonfinite.reshape(-1).nonzero()[0])
             finding = Finding("non_finite", unravel(k, computed.shape), value=float(d.computed.reshape(-1)[k]))
         elif math.isnan(red.worst_value) or not red.worst_value <= budget:
