@@ -6,7 +6,7 @@ from __future__ import annotations
 def test_phases_of_the_command_add_up():
     """timing.csv's phases from the command's marks: each phase between its marks, the sweep less
     its workers' start, `other` what none covers."""
-    from harness.commands.phases import Clock, line, rows
+    from harness.commands.phases import Clock, line, rows, share_line
     c = Clock()
     c.start = 100.0
     c.marks = {"sweep": 102.0, "swept": 110.0, "written": 110.5, "reported": 112.0, "end": 112.25}
@@ -19,6 +19,8 @@ def test_phases_of_the_command_add_up():
     assert (r["share:first_calls"], r["share:timed_calls"], r["share:references"], r["share:analysis"]) == \
         (3.0, 1.0, 2.0, 4.0)
     assert "whole command 12.2 s" in line(p, t) or "whole command 12.3 s" in line(p, t)
+    assert share_line(t) == ("implementations 4.0 (first calls 3.0, timed calls 1.0), harness 6.0 (references 2.0, "
+                             "analysis 4.0)") and line(p, t).endswith("process-seconds: " + share_line(t))
     del c.marks["reported"]                                    # --no-report
     assert c.phases(t)["report"] == 0
 

@@ -67,6 +67,8 @@ def test_timing_and_determinism_columns(env):
     assert phases["worker_start"] + phases["sweep"] == pytest.approx(t["wall"])
     assert t["share:implementations"] == pytest.approx(t["impl:torch"] + t["timing"])
     assert t["share:harness"] == pytest.approx(t["references"] + t["analysis"])
+    assert main(["report", "o"]) == 0                         # the report's environment carries the split
+    assert f"first calls {t['share:first_calls']:.1f}" in (env / "o" / "report.html").read_text()
     assert main(["run", "--impl", "torch", "--cases", "s.toml", "--device", "cpu", "--out", "o0", "--repeats", "0",
                  "--no-report"]) == 0
     assert results(env / "o0")["impl_seconds"].isna().all()

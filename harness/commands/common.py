@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.api import Results
+from harness.commands.phases import share_line
 from harness.environment import environment
 from harness.references.errors import UsageError
 from harness.reports.summary import summary_table
@@ -73,6 +74,7 @@ def finish(results: Results, out: Path, device: str, impls, title: str, junit: s
     results.title, results.env = title, environment(device, impls, backend)
     if results.timings:
         results.env["time"] = timing_line(results.timings, [i.name for i in impls]).removeprefix("harness: time ")
+        results.env["process-seconds"] = share_line(results.timings)     # a cold run's split: first calls vs harness
     if clock is not None and "swept" in clock.marks:          # the phases known before the files are written
         t = results.timings
         results.env["phases"] = (f"startup {clock.marks['sweep'] - clock.start:.1f} s, worker start "

@@ -68,10 +68,15 @@ def rows(phases: dict[str, float], timings: dict[str, float]) -> dict[str, float
     return {**{f"phase:{k}": v for k, v in phases.items()}, **{f"share:{k}": v for k, v in shares(timings).items()}}
 
 
-def line(phases: dict[str, float], timings: dict[str, float]) -> str:
+def share_line(timings: dict[str, float]) -> str:
+    """The process-seconds split in words (the command's last line, the report's environment)."""
     s = shares(timings)
+    return (f"implementations {s['implementations']:.1f} (first calls {s['first_calls']:.1f}, timed calls "
+            f"{s['timed_calls']:.1f}), harness {s['harness']:.1f} (references {s['references']:.1f}, analysis "
+            f"{s['analysis']:.1f})")
+
+
+def line(phases: dict[str, float], timings: dict[str, float]) -> str:
     return (f"harness: whole command {phases['total']:.1f} s: startup {phases['startup']:.1f}, worker start "
             f"{phases['worker_start']:.1f}, sweep {phases['sweep']:.1f}, write {phases['write']:.1f}, report "
-            f"{phases['report']:.1f}, other {phases['other']:.1f}; process-seconds: implementations "
-            f"{s['implementations']:.1f} (first calls {s['first_calls']:.1f}), harness {s['harness']:.1f} "
-            f"(references {s['references']:.1f}, analysis {s['analysis']:.1f})")
+            f"{phases['report']:.1f}, other {phases['other']:.1f}; process-seconds: {share_line(timings)}")

@@ -10,6 +10,7 @@ from harness.commands import EXIT_OK, Progress, err
 from harness.commands.phases import Clock
 from harness.commands.phases import line as phase_line
 from harness.commands.phases import rows as phase_rows
+from harness.commands.phases import share_line
 from harness.commands.common import (check_output_file, finish, nondeterminism, parse_gpus, parse_shard,
                                      timing_line)
 from harness.references.errors import UsageError
@@ -101,6 +102,7 @@ def cmd_report(args) -> int:
         try:
             t = dict(read_csv(rd.file(TIMING), text=("stage",)).itertuples(index=False))
             env["time"] = timing_line(t, list(dict.fromkeys(df["impl"]))).removeprefix("harness: time ")
+            env["process-seconds"] = share_line(t)
             if "phase:total" in t:
                 env["phases"] = phase_line({k.removeprefix("phase:"): v for k, v in t.items()
                                             if k.startswith("phase:")}, t).removeprefix("harness: ")
