@@ -140,6 +140,8 @@ def test_package_file_finds_a_file_without_executing_the_package(tmp_path, monke
     assert path == tmp_path / "pkg_fwd_only" / "a" / "m.py" and why == ""
     assert "has no b.py" in package_file("pkg_fwd_only", ("b.py",))[1]
     assert package_file("no_such_pkg_fwd_only", ("m.py",)) == (None, "no_such_pkg_fwd_only not installed")
+    assert package_file("pkg_fwd_only", ("a/m.py",), needs=("torch", "no_such_module_fwd_only")) == \
+        (None, "pkg_fwd_only's a/m.py needs no_such_module_fwd_only, not installed")     # found, never imported
     h = types.ModuleType("harness_file.pkg_fwd_only.a.h")
     h.VALUE = 41
     module = load_file(path, "pkg_fwd_only.a.m", {"harness_file.pkg_fwd_only.a.h": h})

@@ -20,7 +20,6 @@ Facts from mamba_ssm 2.3.2.post1 (mamba_ssm/ops/triton/layernorm_gated.py) that 
 from __future__ import annotations
 
 import functools
-import importlib.util
 from pathlib import Path
 
 from torch import nn
@@ -35,13 +34,10 @@ NEEDS = ("triton", "einops")
 
 def module_path() -> tuple[Path | None, str]:
     """(the installed layernorm_gated.py, "") or (None, why not)."""
-    path, why = package_file(PACKAGE, (MODULE_FILE,))
-    if path is None:
-        return None, f"{why} (pip install the wheel built as harness/impls/mamba_adapter.py says)"
-    missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
-    if missing:
-        return None, f"mamba_ssm's {MODULE_FILE} needs {' and '.join(missing)}, not installed"
-    return path, ""
+    path, why = package_file(PACKAGE, (MODULE_FILE,), NEEDS)
+    hint = "" if path is not None or why.startswith(f"{PACKAGE}'s ") else \
+        " (pip install the wheel built as harness/impls/mamba_adapter.py says)"        # not for a missing einops
+    return path, why + hint
 
 
 @functools.cache

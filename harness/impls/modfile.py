@@ -22,9 +22,10 @@ PREFIX = "harness_file"
 _LOCK = threading.Lock()          # sys.modules is process-global while stand-ins are in it
 
 
-def package_file(top: str, candidates: tuple[str, ...]) -> tuple[Path | None, str]:
+def package_file(top: str, candidates: tuple[str, ...], needs: tuple[str, ...] = ()) -> tuple[Path | None, str]:
     """(the first of `candidates` — paths relative to the package folder — that exists, "") or
-    (None, why not)."""
+    (None, why not); `needs`: the modules the file imports itself (found, never imported), each
+    of which must be installed too."""
     try:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError) as e:
@@ -35,6 +36,9 @@ def package_file(top: str, candidates: tuple[str, ...]) -> tuple[Path | None, st
         for rel in candidates:
             path = Path(folder) / rel
             if path.is_file():
+                missing = [m for m in needs if importlib.util.find_spec(m) is None]
+                if missing:
+                    return None, f"{top}'s {rel} needs {' and '.join(missing)}, not installed"
                 return path, ""
     return None, f"{top} (at {', '.join(spec.submodule_search_locations)}) has no {' or '.join(candidates)}"
 

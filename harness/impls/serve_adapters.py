@@ -201,10 +201,8 @@ def _name(activation: str) -> str:
 def implementations() -> list[Implementation]:
     out = []
     for k in KERNELS:
-        path, why = package_file(k.package, k.files)
-        missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
-        if path is None or missing:                       # never skip silently: say why
-            why = why if path is None else f"{k.package}'s file needs {' and '.join(missing)}, not installed"
+        path, why = package_file(k.package, k.files, NEEDS)
+        if path is None:                                  # never skip silently: say why
             out.append(Implementation(k.name, None, devices=("cuda",), source="builtin", spec=k.name, unavailable=why,
                                       notes=k.notes, backward=False))
             continue
