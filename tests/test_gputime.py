@@ -118,6 +118,25 @@ def test_a_replay_that_does_not_reproduce_the_judged_outputs_is_not_trusted(monk
     assert (seconds, method) == (1e-4, "profiler")
 
 
+def test_a_call_that_cannot_be_captured_is_not_captured_again(monkeypatch, profiler):
+    """Remembered per implementation in the process: its later pairs pay no capture attempt; another
+    implementation still gets its graph; an unnamed call (key "") is never remembered."""
+    monkeypatch.setattr(gputime, "NO_GRAPH", set())
+    cuda = FakeCuda(monkeypatch)
+    prepare, run = step(fail_in_capture=cuda)
+    captures = []
+    real = gputime.capture
+    monkeypatch.setattr(gputime, "capture", lambda *a: captures.append(1) or real(*a))
+    first = {"y": torch.full((3,), 2.0)}
+    for _ in range(3):
+        assert gputime.gpu_time(prepare, run, first, same, least=5, key="k")[1] == "profiler"
+    assert len(captures) == 1 and gputime.NO_GRAPH == {"k"}
+    assert gputime.gpu_time(*step(), first, same, least=5, key="other")[1] == "graph"
+    gputime.gpu_time(prepare, run, first, same, least=5)
+    gputime.gpu_time(prepare, run, first, same, least=5)
+    assert len(captures) == 4 and gputime.NO_GRAPH == {"k"}
+
+
 def test_no_gpu_time_leaves_the_columns_empty(monkeypatch):
     cuda = FakeCuda(monkeypatch)
     prepare, run = step(fail_in_capture=cuda)

@@ -228,13 +228,14 @@ def inference_calls(module, weight, base: Inputs, act_dtype, device: str) -> tup
 
 
 def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats: int,
-                backward: bool = True) -> tuple[dict, Speed | None]:
+                backward: bool = True, name: str = "") -> tuple[dict, Speed | None]:
     """A second call (compared with the first), then on a GPU WARMUP_SECONDS of untimed ones, then
     `repeats` timed calls — each on fresh copies, prepared before the clock starts — of which the
     last is compared too; forward and backward, or the forward alone where `backward` is False.
     Their median wall time (host-inclusive: Python, launches, the final sync) and, on a GPU, the
     call's GPU time (harness.pipeline.gputime), measured after everything compared. (per-output
-    Repeat, Speed or None)."""
+    Repeat, Speed or None). `name`: the implementation's, under which gputime remembers a call
+    that cannot be captured."""
     call = _Call(module, weight, base, grad=backward)
     y = call.run()
     _sync(device)
@@ -259,11 +260,11 @@ def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats:
     wall = times[len(times) // 2]
     if not cuda:
         return got, Speed(wall)
-    return got, _gpu_speed(module, weight, base, first, repeats, backward, wall, device)
+    return got, _gpu_speed(module, weight, base, first, repeats, backward, wall, device, name)
 
 
 def _gpu_speed(module, weight, base: Inputs, first: dict, repeats: int, backward: bool, wall: float,
-               device: str) -> Speed:
+               device: str, name: str = "") -> Speed:
     """The call's GPU time beside its wall time. Everything compared is already compared: whatever
     goes wrong here (the capture, the profiler, the bandwidth probe's memory) leaves the GPU
     columns empty and never touches a verdict."""
@@ -273,7 +274,8 @@ def _gpu_speed(module, weight, base: Inputs, first: dict, repeats: int, backward
         return {"y": c.run(), **c.grads()}
     try:
         seconds, method = gpu_time(lambda: _Call(module, weight, base, grad=backward), run, first,
-                                   lambda a, b: not any(r.count for r in differing(a, b).values()), repeats)
+                                   lambda a, b: not any(r.count for r in differing(a, b).values()), repeats,
+                                   key=name)
         moved = bytes_moved(base, backward)
         floor = moved / copy_bandwidth(device) / seconds if seconds > 0 else math.nan   # NaN: no GPU time
     except BaseException as e:
@@ -332,7 +334,7 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
         rec.outputs, rec.problems = {**outputs, **got}, {**problems, **bad}
         try:
             rec.repeats, rec.speed = later_calls(module, weight, base, outputs, s.device, s.timed_calls,
-                                                 impl.backward)
+                                                 impl.backward, impl.name)
         except BaseException as e:                # a later call that fails: not repeatable
             if isinstance(e, KeyboardInterrupt):
                 raise

@@ -104,21 +104,31 @@ def profiler_seconds(prepare: Callable[[], object], run: Callable[[object], dict
     return seconds / least
 
 
+# The implementations (by `key`) whose call, in this process, could not be captured or whose replay
+# did not give the judged bits: later pairs go straight to the profiler instead of paying a capture
+# attempt each (and some torch versions leak a private memory pool on a failed capture).
+NO_GRAPH: set[str] = set()
+
+
 def gpu_time(prepare: Callable[[], object], run: Callable[[object], dict], first: dict,
-             same: Callable[[dict, dict], bool], least: int) -> tuple[float, str]:
+             same: Callable[[dict, dict], bool], least: int, key: str = "") -> tuple[float, str]:
     """(seconds of GPU time per call, "graph" or "profiler"), or (NaN, "") where neither worked;
     never raises for what the implementation does. `same(first, outputs)`: whether a replay's
-    outputs are the judged call's, bit for bit."""
-    try:
-        graph, outputs = capture(prepare, run)
-        graph.replay()
-        torch.cuda.synchronize()
-        if same(first, outputs):
-            return replay_seconds(graph, least), "graph"
-    except BaseException as e:    # noqa: BLE001 — not capturable (a plug-in's SystemExit too): the profiler's way
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        settle()
+    outputs are the judged call's, bit for bit. `key`: the implementation's name, remembered in
+    NO_GRAPH when the graph does not serve ("" remembers nothing)."""
+    if key not in NO_GRAPH:
+        try:
+            graph, outputs = capture(prepare, run)
+            graph.replay()
+            torch.cuda.synchronize()
+            if same(first, outputs):
+                return replay_seconds(graph, least), "graph"
+        except BaseException as e:    # noqa: BLE001 — not capturable (a plug-in's SystemExit too): the profiler's way
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            settle()
+        if key:
+            NO_GRAPH.add(key)
     try:
         return profiler_seconds(prepare, run, least), "profiler"
     except BaseException as e:    # noqa: BLE001 — no GPU time: the columns stay empty
