@@ -187,8 +187,12 @@ def _ms(s: pd.Series) -> pd.Series:
     return _num(s * 1e3)
 
 
+BACKWARD = ("dx", "dgate", "dweight")
+
+
 def speed(d: pd.DataFrame) -> dict:
-    """Per implementation: the median warm forward + backward time over its timed cases and at its
+    """Per implementation: the median warm forward + backward time (the forward alone for a
+    forward-only implementation, whose backward rows are skips that say so) over its timed cases and at its
     largest case — the GPU time where measured (CUDA: graph replay or the profiler's device time,
     `gpu_method`), and beside it the host-inclusive wall time — the share of the copy-bandwidth
     floor (from the GPU time), beside its worst normal-regime errors against its declared model and
@@ -208,7 +212,10 @@ def speed(d: pd.DataFrame) -> dict:
         mine = d[(d["impl"] == impl) & (d["rounding"] != "")]
         model = "" if mine.empty else ", ".join(x for x in (mine["rounding"].iloc[0], mine["math"].iloc[0]) if x)
         methods = sorted(m for m in t["gpu_method"].dropna().astype(str).unique() if m and m != "nan")
+        back = d[(d["impl"] == impl) & d["output"].isin(BACKWARD)]
+        forward_only = len(back) > 0 and bool(back["reason"].astype(str).str.contains("forward-only").all())
         rows.append({"impl": impl, "model": model, "n": len(t),
+                     "calls": "forward only" if forward_only else "forward + backward",
                      "gpu": t["gpu_seconds"].median(), "gpu_big": np.nan if big is None else big["gpu_seconds"],
                      "method": "/".join(methods),
                      "median": t["impl_seconds"].median(),
@@ -219,14 +226,14 @@ def speed(d: pd.DataFrame) -> dict:
                      "ulp_m": own["max_ulp"].max(), "sc_m": own["max_scaled_err"].max(),
                      "ulp_x": exact["max_ulp"].max(), "sc_x": exact["max_scaled_err"].max(),
                      "ratio": r["_ratio"].max()})
-    s = pd.DataFrame(rows, columns=["impl", "model", "n", "gpu", "gpu_big", "method", "median", "big", "big_case",
+    s = pd.DataFrame(rows, columns=["impl", "model", "n", "calls", "gpu", "gpu_big", "method", "median", "big", "big_case",
                                     "floor", "floor_big", "ulp_m", "sc_m", "ulp_x", "sc_x", "ratio"])
     has_gpu = bool(s["gpu"].notna().any())
     has_floor = bool(s["floor"].notna().any())
     s = s.assign(gpu=_ms(s["gpu"]), gpu_big=_ms(s["gpu_big"]), median=_ms(s["median"]), big=_ms(s["big"]),
                  floor=_num(s["floor"] * 100, ".1f"), floor_big=_num(s["floor_big"] * 100, ".1f"),
                  ratio=_num(s["ratio"], ".3g"), **{c: _num(s[c]) for c in ("ulp_m", "sc_m", "ulp_x", "sc_x")})
-    cols = {"impl": "impl", "model": "declared model", "n": "cases timed"}
+    cols = {"impl": "impl", "model": "declared model", "n": "cases timed", "calls": "timed calls"}
     if has_gpu:
         cols |= {"gpu": "median GPU time (ms)", "gpu_big": "GPU time at largest case (ms)", "method": "GPU timing"}
     cols |= {"median": "median wall time, host-inclusive (ms)", "big": "wall time at largest case (ms)",

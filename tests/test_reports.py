@@ -226,10 +226,11 @@ def test_speed_section_on_cpu_omits_the_floor(tmp_path):
     s = section(render(tmp_path, frame(rows)), "speed")
     assert "bandwidth floor" not in s and "GPU time" not in s and "host-inclusive" in s
     body = [text(r).strip() for r in re.findall(r"<tr>(.*?)</tr>", s[s.index("<tbody>"):], re.S)]
-    # impl, model, cases timed, median ms, ms at the largest case and its label, worst ULP / scaled
-    # vs model, vs exact, worst / budget
-    assert body[0] == "fast chain 3 2 5 bf16 4096x64 gate:normal 0.25 0.3 0.5 0.5 0.5"
-    assert body[1].startswith("slow chain 1 40 40 bf16 4x64 gate:normal") and body[1].endswith("1.5 2 0.75")
+    # impl, model, cases timed, timed calls, median ms, ms at the largest case and its label, worst
+    # ULP / scaled vs model, vs exact, worst / budget
+    assert body[0] == "fast chain 3 forward + backward 2 5 bf16 4096x64 gate:normal 0.25 0.3 0.5 0.5 0.5"
+    assert body[1].startswith("slow chain 1 forward + backward 40 40 bf16 4x64 gate:normal") and \
+        body[1].endswith("1.5 2 0.75")
     assert "data:image/png;base64," in s
 
 
@@ -244,6 +245,17 @@ def test_speed_section_on_cuda_shows_the_gpu_time_and_the_floor(tmp_path):
     assert re.search(r"<td>20\.0</td>\s*<td>52\.3</td>", s)
     # GPU median, at the largest case, the methods used; then the wall time's
     assert re.search(r"<td>0\.2</td>\s*<td>0\.3</td>\s*<td>graph/profiler</td>\s*<td>1</td>", s)
+
+
+def test_speed_section_says_which_implementations_time_the_forward_alone(tmp_path):
+    skip = "forward-only implementation (factory.backward = False)"
+    rows = [row("serve", "a", "y", "pass", ulp=0.5, scaled=0.5)]
+    rows += [{**row("serve", "a", out, "skip"), "reason": skip} for out in ("dx", "dgate", "dweight")]
+    rows += [row("train", "a", "y", "pass", ulp=0.5, scaled=0.5), row("train", "a", "dx", "pass", scaled=1.0),
+             {**row("train", "b", "dx", "skip"), "reason": "zero-centred gamma: not supported"}]
+    s = section(render(tmp_path, frame(rows)), "speed")
+    body = [text(r).strip() for r in re.findall(r"<tr>(.*?)</tr>", s[s.index("<tbody>"):], re.S)]
+    assert body[0].startswith("serve chain 1 forward only ") and body[1].startswith("train chain 1 forward + backward ")
 
 
 def test_determinism_lists_non_repeatable_outputs(tmp_path):
