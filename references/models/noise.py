@@ -117,13 +117,14 @@ def fast_gate_noise(node: str, f: dict, mc: MathClass, activation: str = "silu")
 def gate_floor(u_abs, t, mc: MathClass = ACCURATE, activation: str = "silu"):
     """Underflow of u * a(t) (or d * a(t)): a few float32 quanta of the activation, times max(1, |u|)
     — silu's also times max(1, |t|), its product by t; below the flush point the whole value (silu's
-    a float32 normal up to 2.6e-37, sigmoid's a subnormal below 2.9e-39, times |u|)."""
-    s = torch.sigmoid(t)
+    a float32 normal up to 2.6e-37, sigmoid's a subnormal below 2.9e-39, times |u|). (The flush
+    branch is formed only where some gate is below the flush point: rarely.)"""
     flush = t < silu_flush(mc)
-    one = torch.ones_like(t)
     if activation == "sigmoid":
-        return torch.where(flush, u_abs * s, tiny(mc) * torch.maximum(one, u_abs))
-    return torch.where(flush, u_abs * (t * s).abs(), tiny(mc) * torch.maximum(one, u_abs) * torch.maximum(one, t.abs()))
+        floor = tiny(mc) * u_abs.clamp(min=1.0)
+        return torch.where(flush, u_abs * torch.sigmoid(t), floor) if bool(flush.any()) else floor
+    floor = tiny(mc) * u_abs.clamp(min=1.0) * t.abs().clamp(min=1.0)
+    return torch.where(flush, u_abs * (t * torch.sigmoid(t)).abs(), floor) if bool(flush.any()) else floor
 
 
 def dgate_floor(d_abs, u_abs, t, mc: MathClass = ACCURATE, activation: str = "silu"):
@@ -133,15 +134,16 @@ def dgate_floor(d_abs, u_abs, t, mc: MathClass = ACCURATE, activation: str = "si
       sigmoid' = s (1 - s): `1 - s` carries s's whole float32 error (SIGMOID32 u32 s) as an absolute
               error, where sigmoid' itself is ~e^-t (and 0 in float32 past t ~ 17)."""
     s = torch.sigmoid(t)
-    one = torch.ones_like(t)
     flush = t < silu_flush(mc)
+    any_flush = bool(flush.any())
     if activation == "sigmoid":
-        under = torch.where(flush, d_abs * u_abs * s * torch.sigmoid(-t),
-                            tiny(mc) * torch.maximum(one, d_abs) * torch.maximum(one, u_abs))
+        under = tiny(mc) * d_abs.clamp(min=1.0) * u_abs.clamp(min=1.0)
+        if any_flush:
+            under = torch.where(flush, d_abs * u_abs * s * torch.sigmoid(-t), under)
         return under + SIGMOID32 * s * U32 * d_abs * u_abs
-    dsilu = s * (1 + t * torch.sigmoid(-t))
-    under = torch.where(flush, d_abs * u_abs * dsilu.abs(),
-                        tiny(mc) * torch.maximum(one, d_abs) * torch.maximum(one, u_abs) * (1 + t.abs()))
+    under = tiny(mc) * d_abs.clamp(min=1.0) * u_abs.clamp(min=1.0) * (1 + t.abs())
+    if any_flush:
+        under = torch.where(flush, d_abs * u_abs * (s * (1 + t * torch.sigmoid(-t))).abs(), under)
     return under + t.abs() * s * U32 * d_abs * u_abs
 
 
