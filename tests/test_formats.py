@@ -42,6 +42,14 @@ def hard_values(name: str) -> torch.Tensor:
     return torch.cat([v, nans.view(f64)])
 
 
+def plain_ulp(v: torch.Tensor, f) -> torch.Tensor:
+    """ulp written plainly: 2^(max(e, emin) - p + 1), e from frexp (-1 for inf and NaN, as frexp's 0)."""
+    m, e = torch.frexp(v.abs())
+    e = torch.where(torch.isfinite(v) & (v != 0), e - 1, torch.where(v == 0, torch.full_like(e, -1023),
+                                                                      torch.full_like(e, -1)))
+    return torch.ldexp(torch.ones_like(v), (torch.clamp(e, min=f.emin) - f.precision + 1).to(torch.float64))
+
+
 def plain_round(v: torch.Tensor, f) -> torch.Tensor:
     """The rounding written plainly: q = 2^(max(e, emin) - p + 1) from frexp, round(|v| / q) * q
     (half to even), inf past the largest finite, non-finite passed through, the sign copied."""
@@ -118,11 +126,6 @@ def test_round_to_and_ulp_bit_for_bit_against_the_plain_formula():
 
     import torch
 
-    def plain_ulp(v, f):
-        m, e = torch.frexp(v.abs())
-        e = torch.where(torch.isfinite(v) & (v != 0), e - 1, torch.where(v == 0, torch.full_like(e, -1023),
-                                                                          torch.full_like(e, -1)))
-        return torch.ldexp(torch.ones_like(v), (torch.clamp(e, min=f.emin) - f.precision + 1).to(torch.float64))
     g = torch.Generator().manual_seed(29)
     v = torch.cat([torch.randint(-2**63, 2**63 - 1, (1 << 15,), dtype=torch.int64, generator=g).view(torch.float64),
                    torch.randn(1 << 15, dtype=torch.float64, generator=g)
@@ -145,6 +148,7 @@ def test_round_to_on_the_hard_values(name):
     v = hard_values(name)
     r = round_to(v, f)
     assert same_bits(r, plain_round(v, f))
+    assert same_bits(ulp(v, f), plain_ulp(v, f))          # zero, float64 subnormals, inf, NaN included
     if name in ("fp16", "fp32"):
         keep = ~torch.isnan(v)                            # numpy's casts do not keep NaN payloads
         with np.errstate(over="ignore"):
@@ -154,6 +158,17 @@ def test_round_to_on_the_hard_values(name):
     fin = torch.isfinite(v) & (v.abs() <= f.max)
     assert int((r != v)[fin].sum()) > 1000 or name == "fp64"
     assert bool((r == 0)[v.abs() > 0].any()) != (name == "fp64") and bool(torch.isinf(r)[torch.isfinite(v)].any()) != (name == "fp64")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp32"])
+def test_round_to_on_cuda_is_the_cpu_one(name):
+    """The add-and-subtract rounds the same in a GPU's float64 (NaN: still NaN; its payload is not
+    compared, a GPU's arithmetic need not keep it)."""
+    v = hard_values(name)
+    got, want = round_to(v.cuda(), FORMATS[name]).cpu(), round_to(v, FORMATS[name])
+    keep = ~torch.isnan(want)
+    assert torch.equal(got.isnan(), ~keep) and same_bits(got[keep], want[keep])
 
 
 def test_to_dtype_exact_casts_float32_directly_and_never_bf16_or_fp16():
