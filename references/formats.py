@@ -54,9 +54,9 @@ def fmt_of(x: str | torch.dtype) -> Format:
     return FORMATS[ALIASES.get(x, x)]
 
 
-# The float64 exponent field, in place (bits 52-62): every function below works on it as an int64
-# without shifting it down, so that a power of two is its field plus a constant. These run over
-# every element of every reference, and each pass and allocation shows in the harness's own time.
+# The float64 exponent field where it sits (bits 52-62), as an int64: masked out of a value and
+# not shifted down, a power of two is the field plus a constant, built in place. round_to and ulp
+# run over every element of every reference: each pass and allocation shows in the harness's time.
 _EXP_FIELD = 0x7FF << 52
 
 
