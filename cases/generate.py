@@ -1,8 +1,13 @@
 """Inputs for a case, generated deterministically from its id, directly as values of the target
-dtype (drawn in float64, rounded once with references.formats.round_to), so the reference sees
-exactly the values the implementation sees.
+dtype (drawn in float64, rounded once with references.formats.to_dtype_exact), so the reference
+sees exactly the values the implementation sees.
 
-Each distribution is a small function of (generator, shape, format) -> float64 tensor."""
+Each distribution is a small function of (generator, shape, format) -> float64 tensor. The values
+are keyed by case id (golden stores, baselines): the generator's calls, their order and every
+operation on what they draw are fixed (tests/test_cases.py pins a hash of generated inputs). The
+arithmetic runs in place on the drawn tensor (an input of millions of elements is generated in
+the implementation's process and again in the judge's); in place or not, each step is the same
+IEEE operation on the same operands."""
 from __future__ import annotations
 
 import torch
@@ -19,30 +24,37 @@ UNDERFLOW_GATE = (-120.0, -87.5)   # float32 exp(-g) overflows / silu becomes su
 LARGE_POSITIVE_GATE = (8.0, 60.0)  # silu(t) == t to working precision
 
 
+def _normal(gen, shape):
+    return torch.randn(shape, generator=gen, dtype=torch.float64)
+
+
 def _uniform(gen, shape, lo, hi):
-    return lo + (hi - lo) * torch.rand(shape, generator=gen, dtype=torch.float64)
+    return torch.rand(shape, generator=gen, dtype=torch.float64).mul_(hi - lo).add_(lo)
 
 
-def _signs(gen, shape):
-    return torch.where(torch.rand(shape, generator=gen, dtype=torch.float64) < 0.5, -1.0, 1.0)
+def _negative_below_half(gen, shape) -> torch.Tensor:
+    """Which elements take a minus sign: a uniform draw below 0.5."""
+    return torch.rand(shape, generator=gen, dtype=torch.float64) < 0.5
 
 
 def x_values(dist: str, gen, shape, fmt: Format) -> torch.Tensor:
     if dist == "standard":
-        return torch.randn(shape, generator=gen, dtype=torch.float64)
-    if dist == "large":
-        return _signs(gen, shape) * _uniform(gen, shape, *LARGE_X)
+        return _normal(gen, shape)
+    if dist == "large":                          # the signs are drawn first
+        negative = _negative_below_half(gen, shape)
+        v = _uniform(gen, shape, *LARGE_X)
+        return torch.where(negative, v.neg(), v, out=v)
     if dist == "tiny":
-        return TINY_X * torch.randn(shape, generator=gen, dtype=torch.float64)
+        return _normal(gen, shape).mul_(TINY_X)
     if dist == "subnormal":
         # strictly below the smallest normal, also after rounding to the dtype
-        return _uniform(gen, shape, -1.0, 1.0) * (2.0 ** fmt.emin - fmt.min_subnormal)
+        return _uniform(gen, shape, -1.0, 1.0).mul_(2.0 ** fmt.emin - fmt.min_subnormal)
     if dist == "zero_row":                       # the first row (the whole tensor when 1-D) is 0
-        v = torch.randn(shape, generator=gen, dtype=torch.float64)
+        v = _normal(gen, shape)
         v.reshape(-1, shape[-1])[0] = 0.0
         return v
     if dist == "outlier":                        # one channel 100x the rest (still finite in fp16)
-        v = torch.randn(shape, generator=gen, dtype=torch.float64)
+        v = _normal(gen, shape)
         ch = int(torch.randint(shape[-1], (1,), generator=gen))
         v[..., ch] = 100.0 * torch.sign(v[..., ch] + 0.5) * (1 + v[..., ch].abs())
         return v
@@ -51,9 +63,9 @@ def x_values(dist: str, gen, shape, fmt: Format) -> torch.Tensor:
 
 def gate_values(dist: str, gen, shape) -> torch.Tensor:
     if dist == "normal":
-        return 3.0 * torch.randn(shape, generator=gen, dtype=torch.float64)
+        return _normal(gen, shape).mul_(3.0)
     if dist == "negative":
-        return -3.0 * torch.randn(shape, generator=gen, dtype=torch.float64).abs()
+        return _normal(gen, shape).abs_().mul_(-3.0)
     if dist == "saturating":
         return _uniform(gen, shape, *SATURATING_GATE)
     if dist == "underflow":
@@ -61,7 +73,7 @@ def gate_values(dist: str, gen, shape) -> torch.Tensor:
     if dist == "large_positive":
         return _uniform(gen, shape, *LARGE_POSITIVE_GATE)
     if dist == "tiny":
-        return 1e-3 * torch.randn(shape, generator=gen, dtype=torch.float64)
+        return _normal(gen, shape).mul_(1e-3)
     raise ValueError(f"unknown gate distribution {dist!r}")
 
 
@@ -86,11 +98,11 @@ def dy_values(dist: str, gen, shape) -> torch.Tensor:
     """The upstream gradient: random normal (dweight's token sums cancel: its gauge ~sqrt(T) times
     its value), all ones (loss = y.sum(), what training sees), or of one sign with random size."""
     if dist == "normal":
-        return torch.randn(shape, generator=gen, dtype=torch.float64)
+        return _normal(gen, shape)
     if dist == "ones":
         return torch.ones(shape, dtype=torch.float64)
     if dist == "positive":
-        return torch.randn(shape, generator=gen, dtype=torch.float64).abs()
+        return _normal(gen, shape).abs_()
     raise ValueError(f"unknown dy distribution {dist!r}")
 
 

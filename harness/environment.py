@@ -9,6 +9,7 @@ import platform
 import subprocess
 from pathlib import Path
 
+import mpmath
 import torch
 
 from harness.references import package_version
@@ -53,7 +54,10 @@ def implementation_source(impl) -> str:
 def environment(device: str, impls=(), reference_backend: str = "auto") -> dict:
     env = {"harness": package_version(), "torch": torch.__version__, "python": platform.python_version(),
            "device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "threads": torch.get_num_threads()}
+           "threads": torch.get_num_threads(),
+           # mpmath picks its integer backend at import (gmpy2 when installed, unless MPMATH_NOGMPY):
+           # the certified values are the same, the time spent certifying is not
+           "mpmath": f"{mpmath.__version__} ({mpmath.libmp.BACKEND} backend)"}
     if device.startswith("cuda") and torch.cuda.is_available():
         from harness.references.accel import FUSED_MIN_ELEMENTS, triton_regs
         env["cuda"] = torch.version.cuda

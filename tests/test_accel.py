@@ -54,7 +54,12 @@ def test_inductor_pass_compiles_the_closed_forms(group, nbg, activation):
     within_bound(exact_outputs_compiled(inp), inp)
 
 
-def test_compiled_undecided_mask_is_the_eager_one_bit_for_bit():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_compiled_undecided_mask_is_the_eager_one_bit_for_bit(device):
+    """round_to's float64 add-and-subtract of a power of two must survive compilation (no
+    reassociation, no contraction): the compiled mask, on the CPU (C++) and CUDA (Triton), is the
+    eager CPU one."""
     fmt = fmt_of("bf16")
     g = torch.Generator().manual_seed(3)
     v = torch.randn(4096, generator=g, dtype=torch.float64)
@@ -62,7 +67,7 @@ def test_compiled_undecided_mask_is_the_eager_one_bit_for_bit():
     v[:1024] = (k.double() + 0.5) * 2.0 ** -7          # exact bf16 midpoints in [1, 2)
     b = torch.full_like(v, 1e-9)
     fn = torch.compile(lambda v, b: undecided(v, b, fmt), dynamic=False, fullgraph=True)
-    assert torch.equal(fn(v, b), undecided(v, b, fmt))
+    assert torch.equal(fn(v.to(device), b.to(device)).cpu(), undecided(v, b, fmt))
     assert int(undecided(v, b, fmt)[:1024].sum()) == 1024
 
 

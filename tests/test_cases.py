@@ -1,6 +1,7 @@
 """Suites, cases, ids and generated inputs (cases/)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cases.case import Case
+from harness.cases.case import DTYPES, DY_DISTS, GAMMA_DISTS, GATE_DISTS, X_DISTS, Case
 from tests.conftest import make_case
 from harness.cases.generate import generate
 from harness.cases.suite import load_suite, parse_suite, resolve_suite_path
@@ -362,3 +363,44 @@ def test_strategies_draw_the_activations_asked_for():
 
     check()
     assert seen == {"silu", "sigmoid"}
+
+
+def pinned_cases() -> list[tuple[Case, str]]:
+    """Every x, gate, gamma and dy distribution in every dtype, 1- to 3-D, zero-centred or not, and
+    a mixed-dtype case with dy in the weight dtype: (case, act_follows)."""
+    out, shapes = [], [(3, 64), (2, 3, 96), (160,)]
+    for i in range(18):
+        dt = DTYPES[i // 6]
+        out.append((Case(dtype=dt, gate_dtype=dt, weight_dtype=dt, shape=shapes[i % 3], zero_centered_gamma=bool(i // 3 % 2),
+                         eps=1e-5, x_dist=X_DISTS[i % 6], gate_dist=GATE_DISTS[(i + i // 6) % 6],
+                         gamma_dist=GAMMA_DISTS[i % 3], seed=i, dy_dist=DY_DISTS[i // 2 % 3]), "x"))
+    out.append((Case(dtype="bf16", gate_dtype="fp16", weight_dtype="fp32", shape=(4, 64), zero_centered_gamma=False,
+                     eps=1e-6, x_dist="outlier", gate_dist="normal", gamma_dist="outlier", seed=7), "weight"))
+    return out
+
+
+# sha256 of the generated x, gate, weight, dy (dtype, shape, bytes), computed with generate as of
+# e4ccc0d: golden stores and baselines are keyed by case id, so a case's inputs never change.
+PINNED_INPUTS = {
+    "33c3eade419a": "eb51319e8251e6ad", "b86aafa47ef8": "5766bfd4585c9d33", "50d52924a658": "99fa21d5b3d5ee91",
+    "029da4218c53": "be0977cd9bbc90df", "da4401e00c8c": "cff54e793b84961d", "9b617dee05b0": "30b3a05401f64747",
+    "3a042cbfba32": "2d681c58f341afb7", "7be8940430e1": "67eab4100e353283", "f1753d2c02ab": "4689a303cbce9067",
+    "480372394159": "d76e60f6c1c027f9", "6cb51787ad3e": "7b37dfb171a85f49", "a36adb8c86af": "dc05e419190d3ac1",
+    "a69fb3c4e739": "4bf814306f9ec653", "e00c2f1087cf": "8a34bb730e2b3814", "844323ade520": "06ca50d4664dfe6c",
+    "06f1fb846472": "1d2a4dfdf52a0794", "11d376ead167": "e8a4566a433aa2e9", "f487b6d7bfcd": "d3401a575f7b381d",
+    "fc9b6f46078d/weight": "bfd5676aaa67a1e2",
+}
+
+
+def inputs_digest(inp) -> str:
+    h = hashlib.sha256()
+    for t in (inp.x, inp.gate, inp.weight, inp.dy):
+        h.update(f"{t.dtype} {tuple(t.shape)}".encode())
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def test_generated_inputs_are_pinned():
+    got = {c.case_id + ("" if follows == "x" else "/" + follows): inputs_digest(generate(c, follows))
+           for c, follows in pinned_cases()}
+    assert got == PINNED_INPUTS

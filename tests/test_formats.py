@@ -5,7 +5,68 @@ import numpy as np
 import pytest
 import torch
 
-from harness.references.formats import FORMATS, fmt_of, round_to, ulp
+from harness.references.formats import FORMATS, fmt_of, round_to, to_dtype_exact, ulp
+
+
+def hard_values(name: str) -> torch.Tensor:
+    """float64 values where rounding into format `name` is hard, both signs: each format's midpoints
+    (ties either way) and their float64 neighbours, around powers of two, across the subnormal range
+    (its midpoints, half the smallest subnormal and its neighbours), the largest finite, the
+    overflow threshold (largest + half its ulp: a tie that goes to inf) and its neighbours, values
+    far past it, float64 subnormals, +-0, inf, NaN (a payload, a signalling one) and random values."""
+    f64 = torch.float64
+    fmt = FORMATS[name]
+    g = torch.Generator().manual_seed(43)
+    p, emin = min(fmt.precision, 53), max(fmt.emin, -1022)
+    # representable values: random significands across the whole exponent range
+    exps = torch.randint(emin, math.frexp(fmt.max)[1], (4000,), generator=g).double()
+    sig = torch.randint(2 ** (p - 1), 2 ** p, (4000,), generator=g, dtype=torch.int64).double() if p < 53 else \
+        1 + torch.rand(4000, generator=g, dtype=f64)
+    x = torch.ldexp(sig / 2 ** (p - 1), exps)
+    sub = torch.arange(0, 64, dtype=f64) * fmt.min_subnormal                  # subnormals (and 0)
+    x = torch.cat([x, sub, torch.ldexp(torch.ones(8, dtype=f64), torch.arange(-3, 5, dtype=f64))])
+    q = torch.ldexp(torch.ones_like(x), (torch.frexp(x)[1] - 1).clamp(min=fmt.emin) - fmt.precision + 1)
+    mids = x + q / 2
+    m, tiny = fmt.max, fmt.min_subnormal
+    top_ulp = 2.0 ** (math.frexp(m)[1] - fmt.precision)
+    edges = torch.tensor([m, m + top_ulp / 2, 2 * m, 2.0 ** min(math.frexp(m)[1], 1023), 1e300, 1.7976931348623157e308,
+                          tiny / 2, 3 * tiny / 2, 2.0 ** fmt.emin - tiny / 2, 2.0 ** -1074, 2.0 ** -1022,
+                          2.0 ** -1023, 0.0, 1 + 2.0 ** -8 + 2.0 ** -30], dtype=f64)
+    hard = torch.cat([x, mids, edges])
+    around = torch.cat([hard, torch.nextafter(hard, torch.full_like(hard, math.inf)),
+                        torch.nextafter(hard, torch.zeros_like(hard))])
+    rnd = torch.randn(4000, generator=g, dtype=f64) * 2.0 ** torch.randint(emin - 30, 140, (4000,), generator=g)
+    v = torch.cat([around, rnd])
+    v = torch.cat([v, -v, torch.tensor([math.inf, -math.inf, math.nan], dtype=f64)])
+    nans = torch.tensor([0x7FF8000000000123, 0x7FF0000000000001, -0x0008000000000456], dtype=torch.int64)
+    return torch.cat([v, nans.view(f64)])
+
+
+def plain_ulp(v: torch.Tensor, f) -> torch.Tensor:
+    """ulp written plainly: 2^(max(e, emin) - p + 1), e from frexp (-1 for inf and NaN, as frexp's 0)."""
+    m, e = torch.frexp(v.abs())
+    e = torch.where(torch.isfinite(v) & (v != 0), e - 1, torch.where(v == 0, torch.full_like(e, -1023),
+                                                                      torch.full_like(e, -1)))
+    return torch.ldexp(torch.ones_like(v), (torch.clamp(e, min=f.emin) - f.precision + 1).to(torch.float64))
+
+
+def plain_round(v: torch.Tensor, f) -> torch.Tensor:
+    """The rounding written plainly: q = 2^(max(e, emin) - p + 1) from frexp, round(|v| / q) * q
+    (half to even), inf past the largest finite, non-finite passed through, the sign copied."""
+    if f.precision >= 53:
+        return v.clone()
+    m, e = torch.frexp(v.abs())
+    e = torch.where(torch.isfinite(v) & (v != 0), e - 1, torch.where(v == 0, torch.full_like(e, -1023),
+                                                                      torch.full_like(e, -1)))
+    q = torch.ldexp(torch.ones_like(v), (torch.clamp(e, min=f.emin) - f.precision + 1).to(torch.float64))
+    r = torch.round(v.abs() / q) * q
+    r = torch.where(r > f.max, torch.full_like(r, math.inf), r)
+    return torch.copysign(torch.where(torch.isfinite(v), r, v.abs()), v)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+    return a.dtype == b.dtype and torch.equal(a.view(ints[a.element_size()]), b.view(ints[b.element_size()]))
 
 
 def test_round_to_matches_numpy_single_rounding():
@@ -65,19 +126,6 @@ def test_round_to_and_ulp_bit_for_bit_against_the_plain_formula():
 
     import torch
 
-    from harness.references.formats import FORMATS, round_to, ulp
-
-    def plain_ulp(v, f):
-        m, e = torch.frexp(v.abs())
-        e = torch.where(torch.isfinite(v) & (v != 0), e - 1, torch.where(v == 0, torch.full_like(e, -1023),
-                                                                          torch.full_like(e, -1)))
-        return torch.ldexp(torch.ones_like(v), (torch.clamp(e, min=f.emin) - f.precision + 1).to(torch.float64))
-
-    def plain_round(v, f):
-        q = plain_ulp(v, f)
-        r = torch.round(v.abs() / q) * q
-        r = torch.where(r > f.max, torch.full_like(r, math.inf), r)
-        return torch.copysign(torch.where(torch.isfinite(v), r, v.abs()), v)
     g = torch.Generator().manual_seed(29)
     v = torch.cat([torch.randint(-2**63, 2**63 - 1, (1 << 15,), dtype=torch.int64, generator=g).view(torch.float64),
                    torch.randn(1 << 15, dtype=torch.float64, generator=g)
@@ -86,7 +134,54 @@ def test_round_to_and_ulp_bit_for_bit_against_the_plain_formula():
                                  2.0 ** -149, 2.0 ** -150, 3 * 2.0 ** -151, 2.0 ** -24, 2.0 ** -25],
                                 dtype=torch.float64)])
     normal = ~torch.isnan(v) & (v.abs() >= 2.0 ** -1022)          # frexp's exponent is the field's there
-    for name in ("bf16", "fp16", "fp32"):
+    for name in ("bf16", "fp16", "fp32", "fp64"):
         f = FORMATS[name]
-        assert torch.equal(round_to(v, f).view(torch.int64), plain_round(v, f).view(torch.int64)), name
+        assert same_bits(round_to(v, f), plain_round(v, f)), name
         assert torch.equal(ulp(v[normal], f), plain_ulp(v[normal], f)), name
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp32", "fp64"])
+def test_round_to_on_the_hard_values(name):
+    """round_to against the plain formula, and against numpy's own single rounding where it has the
+    format, bit for bit on the hard values (ties, subnormals, overflow, specials)."""
+    f = FORMATS[name]
+    v = hard_values(name)
+    r = round_to(v, f)
+    assert same_bits(r, plain_round(v, f))
+    assert same_bits(ulp(v, f), plain_ulp(v, f))          # zero, float64 subnormals, inf, NaN included
+    if name in ("fp16", "fp32"):
+        keep = ~torch.isnan(v)                            # numpy's casts do not keep NaN payloads
+        with np.errstate(over="ignore"):
+            once = v[keep].numpy().astype({"fp16": np.float16, "fp32": np.float32}[name]).astype(np.float64)
+        assert same_bits(r[keep], torch.from_numpy(once))
+    # the values meant to be hard are: ties both ways, underflow to +-0, overflow to +-inf
+    fin = torch.isfinite(v) & (v.abs() <= f.max)
+    assert int((r != v)[fin].sum()) > 1000 or name == "fp64"
+    assert bool((r == 0)[v.abs() > 0].any()) != (name == "fp64") and bool(torch.isinf(r)[torch.isfinite(v)].any()) != (name == "fp64")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp32"])
+def test_round_to_on_cuda_is_the_cpu_one(name):
+    """The add-and-subtract rounds the same in a GPU's float64 (NaN: still NaN; its payload is not
+    compared, a GPU's arithmetic need not keep it)."""
+    v = hard_values(name)
+    got, want = round_to(v.cuda(), FORMATS[name]).cpu(), round_to(v, FORMATS[name])
+    keep = ~torch.isnan(want)
+    assert torch.equal(got.isnan(), ~keep) and same_bits(got[keep], want[keep])
+
+
+def test_to_dtype_exact_casts_float32_directly_and_never_bf16_or_fp16():
+    """float64 -> float32 is one IEEE rounding: to_dtype_exact's direct cast gives the bits of
+    round_to then cast, on every hard value. bf16 and fp16 go through float32 (twice rounded):
+    there a direct cast differs, and to_dtype_exact must not take it."""
+    v = hard_values("fp32")
+    want = round_to(v, FORMATS["fp32"]).to(torch.float32)
+    assert same_bits(to_dtype_exact(v, FORMATS["fp32"]), want)
+    for name, p in (("bf16", 8), ("fp16", 11)):
+        f = FORMATS[name]
+        above_tie = torch.tensor([1 + 2.0 ** -p + 2.0 ** -30], dtype=torch.float64)   # 1 + ulp/2 + a bit
+        assert to_dtype_exact(above_tie, f).item() == 1 + 2.0 ** (1 - p)               # up, once rounded
+        assert above_tie.to(f.dtype).item() == 1.0                                    # the direct cast: down
+        hv = hard_values(name)
+        assert same_bits(to_dtype_exact(hv, f), round_to(hv, f).to(f.dtype))
