@@ -30,3 +30,13 @@ def test_process_start_is_before_now():
 
     from harness.commands.phases import process_start
     assert 0 <= time.monotonic() - process_start() < 24 * 3600
+
+
+def test_in_background_gives_its_result_or_raises_what_it_raised():
+    """What `harness run` learns while its sweep runs (the environment) comes back as if called then."""
+    import pytest
+
+    from harness.commands.run import in_background
+    assert in_background(sorted, [3, 1, 2]).result(timeout=60) == [1, 2, 3]
+    with pytest.raises(ZeroDivisionError):
+        in_background(divmod, 1, 0).result(timeout=60)

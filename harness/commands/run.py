@@ -1,6 +1,7 @@
 """`harness run`, `cases`, `merge`, `report`."""
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +14,7 @@ from harness.commands.phases import rows as phase_rows
 from harness.commands.phases import share_line
 from harness.commands.common import (check_output_file, finish, nondeterminism, parse_gpus, parse_shard,
                                      timing_line)
+from harness.environment import environment
 from harness.references.errors import UsageError
 from harness.reports.rundir import TIMING, RunDir, read_csv, read_results
 
@@ -31,6 +33,7 @@ def cmd_run(args) -> int:
              parse_shard(args.shard), args.shard_by or "case", args.repeats, nondeterminism(args))
     rd = RunDir(args.out).create().check_outputs()
     preload_outputs(skip=("report",) if args.no_report else ())
+    env = in_background(environment, p.settings.device, p.impls, args.reference_backend)
     with rd.lock():                 # to the last report: a second run into --out fails at once
         err(f"harness: {len(p.cases)} cases x {len(p.impls)} implementation(s) "
             f"[{', '.join(f'{i.name} ({i.rounding.name}, {i.math.label})' for i in p.impls)}] on {p.settings.device}")
@@ -41,7 +44,7 @@ def cmd_run(args) -> int:
         err(timing_line(results.timings, [i.name for i in p.impls]))
         code = finish(results, Path(args.out), p.settings.device, p.impls, f"{p.suite}: {', '.join(args.impl)}",
                       args.junit, args.no_report, args.reference_backend, clock,
-                      results_written=len(results.frame) > 0)     # the sweep wrote it
+                      results_written=len(results.frame) > 0, env=env.result())     # the sweep wrote it
         clock.mark("end")
         record_phases(rd, clock, results.timings)
         return code
@@ -70,6 +73,23 @@ def preload_outputs(skip: tuple[str, ...]) -> None:
         except Exception:       # noqa: BLE001 — the real write raises it, with its context
             pass
     threading.Thread(target=quietly, name="preload-outputs", daemon=True).start()
+
+
+def in_background(fn, *args) -> Future:
+    """fn(*args) in a daemon thread, started now: its result, or what it raised, from the Future.
+    For what the command needs after the sweep but can learn before it (the run's environment:
+    installed distributions' metadata, git, the device's name: most of the write phase before), so
+    that it overlaps the sweep, where the main process mostly waits on its workers."""
+    import threading
+    future: Future = Future()
+
+    def work():
+        try:
+            future.set_result(fn(*args))
+        except BaseException as e:      # noqa: BLE001 — raised again by future.result(), in the command
+            future.set_exception(e)
+    threading.Thread(target=work, name=getattr(fn, "__name__", "background"), daemon=True).start()
+    return future
 
 
 def cmd_cases(args) -> int:
