@@ -40,3 +40,18 @@ def test_in_background_gives_its_result_or_raises_what_it_raised():
     assert in_background(sorted, [3, 1, 2]).result(timeout=60) == [1, 2, 3]
     with pytest.raises(ZeroDivisionError):
         in_background(divmod, 1, 0).result(timeout=60)
+
+
+def test_the_environment_scans_distributions_once_and_each_folder_once(monkeypatch):
+    """The write phase's environment: every installed distribution's metadata is scanned once, and
+    git asked once per folder, however many implementations share them (built-ins share one)."""
+    import importlib.metadata
+
+    import harness.environment as E
+    from harness.impls.registry import resolve
+    asked, scans = [], []
+    monkeypatch.setattr(E, "_git", lambda folder: asked.append(folder) or "")
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", lambda: scans.append(1) or {})
+    env = E.environment("cpu", [resolve("torch"), resolve("torch-fused"), resolve("torch-fastmath")])
+    assert {"impl torch", "impl torch-fused", "impl torch-fastmath"} <= set(env)
+    assert len(scans) == 1 and len(asked) == len(set(asked)) == 2          # the cwd, harness/impls

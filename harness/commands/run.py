@@ -33,18 +33,23 @@ def cmd_run(args) -> int:
              parse_shard(args.shard), args.shard_by or "case", args.repeats, nondeterminism(args))
     rd = RunDir(args.out).create().check_outputs()
     preload_outputs(skip=("report",) if args.no_report else ())
-    env = in_background(environment, p.settings.device, p.impls, args.reference_backend)
     with rd.lock():                 # to the last report: a second run into --out fails at once
         err(f"harness: {len(p.cases)} cases x {len(p.impls)} implementation(s) "
             f"[{', '.join(f'{i.name} ({i.rounding.name}, {i.math.label})' for i in p.impls)}] on {p.settings.device}")
         clock.mark("sweep")
+        env, show = [], Progress()
+
+        def progress(done: int, total: int, what: str, rows: list[dict]) -> None:
+            if not env:     # the first pair is in, the workers have started: learn the environment meanwhile
+                env.append(in_background(environment, p.settings.device, p.impls, args.reference_backend))
+            show(done, total, what, rows)
         results = run_plan(p, args.out, resume=args.resume, jobs=args.jobs, timeout=args.timeout,
-                           isolate=args.isolate, threads=args.threads, gpus=gpus, progress=Progress(), log=err)
+                           isolate=args.isolate, threads=args.threads, gpus=gpus, progress=progress, log=err)
         clock.mark("swept")
         err(timing_line(results.timings, [i.name for i in p.impls]))
         code = finish(results, Path(args.out), p.settings.device, p.impls, f"{p.suite}: {', '.join(args.impl)}",
                       args.junit, args.no_report, args.reference_backend, clock,
-                      results_written=len(results.frame) > 0, env=env.result())     # the sweep wrote it
+                      results_written=len(results.frame) > 0, env=env[0].result() if env else None)     # the sweep wrote it
         clock.mark("end")
         record_phases(rd, clock, results.timings)
         return code
@@ -77,9 +82,10 @@ def preload_outputs(skip: tuple[str, ...]) -> None:
 
 def in_background(fn, *args) -> Future:
     """fn(*args) in a daemon thread, started now: its result, or what it raised, from the Future.
-    For what the command needs after the sweep but can learn before it (the run's environment:
-    installed distributions' metadata, git, the device's name: most of the write phase before), so
-    that it overlaps the sweep, where the main process mostly waits on its workers."""
+    For what the command needs after the sweep but can learn during it (the run's environment:
+    installed distributions' metadata, git, the device's name: most of the write phase before),
+    where the main process mostly waits on its workers (cmd_run starts it once the first pair is
+    in: started with the sweep, it competed with the workers' own start)."""
     import threading
     future: Future = Future()
 
