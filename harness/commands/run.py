@@ -49,7 +49,8 @@ def cmd_run(args) -> int:
         err(timing_line(results.timings, [i.name for i in p.impls]))
         code = finish(results, Path(args.out), p.settings.device, p.impls, f"{p.suite}: {', '.join(args.impl)}",
                       args.junit, args.no_report, args.reference_backend, clock,
-                      results_written=len(results.frame) > 0, env=env[0].result() if env else None)     # the sweep wrote it
+                      results_written=len(results.frame) > 0,           # the sweep wrote it
+                      env=env[0].result() if env else None)
         clock.mark("end")
         record_phases(rd, clock, results.timings)
         return code
