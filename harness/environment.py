@@ -3,6 +3,7 @@ package it comes from, its version and the git commit of its source (where it is
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib
 import importlib.metadata
 import platform
@@ -28,13 +29,16 @@ def _git(directory: Path) -> str:
         return ""
 
 
-def implementation_source(impl) -> str:
-    """'package version, git commit' of the module an implementation's factory comes from."""
+def implementation_source(impl, distributions=importlib.metadata.packages_distributions, git=_git) -> str:
+    """'package version, git commit' of the module an implementation's factory comes from.
+    `distributions()`: top-level import names to their distributions; `git(folder)`: its commit
+    (environment() passes each cached for its call: one scan of every installed distribution's
+    metadata and one git per folder, however many implementations share them)."""
     module = getattr(impl.factory, "__module__", None)
     if not module:
         return impl.source
     top = module.split(".")[0]
-    dists = importlib.metadata.packages_distributions().get(top, [])
+    dists = distributions().get(top, [])
     version = ""
     for d in dists:
         try:
@@ -46,7 +50,7 @@ def implementation_source(impl) -> str:
         where = Path(importlib.import_module(module).__file__).parent
     except Exception:
         where = None
-    commit = _git(where) if where is not None else ""
+    commit = git(where) if where is not None else ""
     parts = [p for p in (version or top, f"git {commit}" if commit else "") if p]
     return ", ".join(parts)
 
@@ -72,7 +76,8 @@ def environment(device: str, impls=(), reference_backend: str = "auto") -> dict:
             pass
     else:
         env["device_name"] = platform.processor() or platform.machine()
-    env["git_commit (cwd)"] = _git(Path.cwd()) or "not a git checkout"
+    git, distributions = functools.cache(_git), functools.cache(importlib.metadata.packages_distributions)
+    env["git_commit (cwd)"] = git(Path.cwd()) or "not a git checkout"
     for impl in impls:
-        env[f"impl {impl.name}"] = f"{impl.rounding.name}; {implementation_source(impl)}"
+        env[f"impl {impl.name}"] = f"{impl.rounding.name}; {implementation_source(impl, distributions, git)}"
     return env

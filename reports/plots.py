@@ -23,6 +23,14 @@ from harness.reports.schema import CHECKED_OUTPUTS as OUTPUT_ORDER
 from harness.reports.summary import sort_keys
 
 
+# Every title is placed at the top of its axes explicitly (set_title's y): left to itself, matplotlib
+# places each title on every draw by measuring its axes' tick labels (Axes._update_title_position),
+# only to move it above ticks or an offset text on top, which none of these figures has: the figures
+# are the same bytes either way (tests/test_reports.py), and the histograms draw in ~8 % less CPU
+# time (quick's, 2026-12-02).
+TITLE_Y = 1.0
+
+
 def png(fig: Figure) -> str:
     buf = io.BytesIO()
     FigureCanvasAgg(fig).print_png(buf)
@@ -130,7 +138,7 @@ def histograms(d: pd.DataFrame) -> list[dict]:
                             ls="-" if ref == "exact" else ":")
             for b in budgets.get((dt, out), []):
                 ax.axvline(np.searchsorted(EDGES, b, side="left"), color="#c0392b", ls="--", lw=1)
-            ax.set_title(text(f"{dt} {out}"), fontsize=9)
+            ax.set_title(text(f"{dt} {out}"), fontsize=9, y=TITLE_Y)
             ax.tick_params(labelsize=7)
     step = 1 if nb <= 10 else 2        # every other label when the axis is crowded
     for ax in axes[-1]:
@@ -170,7 +178,7 @@ def heatmap(d: pd.DataFrame) -> str | None:
             for (i, j), v in np.ndenumerate(p.to_numpy(dtype=float)):
                 if v == v:
                     ax.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=7)
-        ax.set_title(text(f"{out}: worst / budget"), fontsize=9)
+        ax.set_title(text(f"{out}: worst / budget"), fontsize=9, y=TITLE_Y)
         ax.set_xlabel("hidden", fontsize=8)
     fig.colorbar(im, cax=fig.add_axes((0.92, 0.27, 0.015, 0.63)), label="log10(worst / budget)")
     return png(fig)
@@ -195,7 +203,7 @@ def gate(d: pd.DataFrame) -> str | None:
     ax.set_xticks(x, [text(i) for i in p.index], rotation=30, fontsize=8)
     ax.set_ylabel("worst / budget", fontsize=8)
     ax.legend(fontsize=7, ncols=min(4, p.shape[1]))
-    ax.set_title("worst error vs gate distribution (1 = at budget)", fontsize=9)
+    ax.set_title("worst error vs gate distribution (1 = at budget)", fontsize=9, y=TITLE_Y)
     return png(fig)
 
 
@@ -223,6 +231,6 @@ def speed(pairs: pd.DataFrame, clock: str) -> str | None:
     ax.set_xlabel(f"forward + backward {clock}, ms (median of warm calls)", fontsize=8)
     ax.set_ylabel("worst error / budget, vs exact", fontsize=8)
     ax.set_title("time vs worst error against the exact value (dots: cases; diamonds: median time, worst case)",
-                 fontsize=9)
+                 fontsize=9, y=TITLE_Y)
     ax.legend(fontsize=7, loc="best")
     return png(fig)

@@ -249,7 +249,10 @@ def test_junit_and_report(capsys, tmp_path, suite):
     root = ET.parse(j).getroot()
     assert len(root.findall(".//testcase")) >= 5
     assert not root.findall(".//failure") and not root.findall(".//error")
-    assert "<html" in (o / "report.html").read_text()
+    import torch
+    html = (o / "report.html").read_text()
+    env = html[html.index('<section id="environment">'):]                  # gathered while the sweep ran
+    assert "<th>torch</th><td" in env and torch.__version__ in env and "<th>impl torch</th>" in env
     (o / "report.html").unlink()
     code, out, err = run(capsys, "report", o)
     assert code == 0 and (o / "report.html").stat().st_size > 0

@@ -30,3 +30,28 @@ def test_process_start_is_before_now():
 
     from harness.commands.phases import process_start
     assert 0 <= time.monotonic() - process_start() < 24 * 3600
+
+
+def test_in_background_gives_its_result_or_raises_what_it_raised():
+    """What `harness run` learns while its sweep runs (the environment) comes back as if called then."""
+    import pytest
+
+    from harness.commands.run import in_background
+    assert in_background(sorted, [3, 1, 2]).result(timeout=60) == [1, 2, 3]
+    with pytest.raises(ZeroDivisionError):
+        in_background(divmod, 1, 0).result(timeout=60)
+
+
+def test_the_environment_scans_distributions_once_and_each_folder_once(monkeypatch):
+    """The write phase's environment: every installed distribution's metadata is scanned once, and
+    git asked once per folder, however many implementations share them (built-ins share one)."""
+    import importlib.metadata
+
+    import harness.environment as E
+    from harness.impls.registry import resolve
+    asked, scans = [], []
+    monkeypatch.setattr(E, "_git", lambda folder: asked.append(folder) or "")
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", lambda: scans.append(1) or {})
+    env = E.environment("cpu", [resolve("torch"), resolve("torch-fused"), resolve("torch-fastmath")])
+    assert {"impl torch", "impl torch-fused", "impl torch-fastmath"} <= set(env)
+    assert len(scans) == 1 and len(asked) == len(set(asked)) == 2          # the cwd, harness/impls

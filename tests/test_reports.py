@@ -419,3 +419,18 @@ def test_figures_drawn_in_children_come_back_as_drawn():
     import os
     parent = os.getpid()
     assert plots.in_children({"pid": os.getpid}, plots.FORK_DRAWING_CORES)()["pid"] != parent
+
+
+def test_titles_placed_explicitly_draw_the_same_figures(small, monkeypatch):
+    """plots.TITLE_Y spares matplotlib's placing of each title on every draw; these figures have
+    nothing on top of an axes for that placing to avoid, so they are the same bytes without it."""
+    from harness.reports import plots
+    d = report.prepare(small)
+    g = d[d["_gated"]]
+
+    def draw():
+        return [plots.histograms(g), plots.heatmap(g), plots.gate(g), report.speed(g)["plot"]]
+    placed = draw()
+    assert all(placed)
+    monkeypatch.setattr(plots, "TITLE_Y", None)                 # matplotlib's own placing
+    assert draw() == placed

@@ -66,12 +66,13 @@ def timing_line(timings: dict[str, float], impl_names: list[str]) -> str:
 
 
 def finish(results: Results, out: Path, device: str, impls, title: str, junit: str | None, no_report: bool,
-           backend: str = "auto", clock=None, results_written: bool = False) -> int:
+           backend: str = "auto", clock=None, results_written: bool = False, env: dict | None = None) -> int:
     """Print the summary and verdict, write summary.csv, report.html and JUnit; the exit code.
     `clock` (harness.commands.phases.Clock): marked once the files are written, and again once
     the report is. `results_written`: `out`'s results.csv already holds the results (a sweep's
-    run directory), and is not written twice."""
-    results.title, results.env = title, environment(device, impls, backend)
+    run directory), and is not written twice. `env`: environment(device, impls, backend), where
+    the caller gathered it already (harness run: while the sweep ran)."""
+    results.title, results.env = title, dict(env) if env is not None else environment(device, impls, backend)
     if results.timings:
         results.env["time"] = timing_line(results.timings, [i.name for i in impls]).removeprefix("harness: time ")
         results.env["process-seconds"] = share_line(results.timings)     # a cold run's split: first calls vs harness

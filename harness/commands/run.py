@@ -1,6 +1,7 @@
 """`harness run`, `cases`, `merge`, `report`."""
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +14,7 @@ from harness.commands.phases import rows as phase_rows
 from harness.commands.phases import share_line
 from harness.commands.common import (check_output_file, finish, nondeterminism, parse_gpus, parse_shard,
                                      timing_line)
+from harness.environment import environment
 from harness.references.errors import UsageError
 from harness.reports.rundir import TIMING, RunDir, read_csv, read_results
 
@@ -35,13 +37,20 @@ def cmd_run(args) -> int:
         err(f"harness: {len(p.cases)} cases x {len(p.impls)} implementation(s) "
             f"[{', '.join(f'{i.name} ({i.rounding.name}, {i.math.label})' for i in p.impls)}] on {p.settings.device}")
         clock.mark("sweep")
+        env, show = [], Progress()
+
+        def progress(done: int, total: int, what: str, rows: list[dict]) -> None:
+            if not env:     # the first pair is in, the workers have started: learn the environment meanwhile
+                env.append(in_background(environment, p.settings.device, p.impls, args.reference_backend))
+            show(done, total, what, rows)
         results = run_plan(p, args.out, resume=args.resume, jobs=args.jobs, timeout=args.timeout,
-                           isolate=args.isolate, threads=args.threads, gpus=gpus, progress=Progress(), log=err)
+                           isolate=args.isolate, threads=args.threads, gpus=gpus, progress=progress, log=err)
         clock.mark("swept")
         err(timing_line(results.timings, [i.name for i in p.impls]))
         code = finish(results, Path(args.out), p.settings.device, p.impls, f"{p.suite}: {', '.join(args.impl)}",
                       args.junit, args.no_report, args.reference_backend, clock,
-                      results_written=len(results.frame) > 0)     # the sweep wrote it
+                      results_written=len(results.frame) > 0,           # the sweep wrote it
+                      env=env[0].result() if env else None)
         clock.mark("end")
         record_phases(rd, clock, results.timings)
         return code
@@ -70,6 +79,24 @@ def preload_outputs(skip: tuple[str, ...]) -> None:
         except Exception:       # noqa: BLE001 — the real write raises it, with its context
             pass
     threading.Thread(target=quietly, name="preload-outputs", daemon=True).start()
+
+
+def in_background(fn, *args) -> Future:
+    """fn(*args) in a daemon thread, started now: its result, or what it raised, from the Future.
+    For what the command needs after the sweep but can learn during it (the run's environment:
+    installed distributions' metadata, git, the device's name: most of the write phase before),
+    where the main process mostly waits on its workers (cmd_run starts it once the first pair is
+    in: started with the sweep, it competed with the workers' own start)."""
+    import threading
+    future: Future = Future()
+
+    def work():
+        try:
+            future.set_result(fn(*args))
+        except BaseException as e:      # noqa: BLE001 — raised again by future.result(), in the command
+            future.set_exception(e)
+    threading.Thread(target=work, name=getattr(fn, "__name__", "background"), daemon=True).start()
+    return future
 
 
 def cmd_cases(args) -> int:
