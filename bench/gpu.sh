@@ -55,7 +55,7 @@ fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; date -u
   python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
   python3 -c 'import sys; print("dont_write_bytecode", sys.dont_write_bytecode)'
-  python3 -c 'import importlib.metadata as m; print(*[f"{p} {m.version(p)}" for p in ("fla-core", "mamba_ssm", "einops", "transformers", "mpmath")])' 2>&1
+  python3 -c 'import importlib.metadata as m; print(*[f"{p} {m.version(p)}" for p in ("fla-core", "mamba_ssm", "einops", "transformers", "mpmath", "gmpy2")])' 2>&1
 } >> "$LOG"
 
 step() {  # step NAME SECONDS CMD...: the command's output to the log, its exit code and wall time
