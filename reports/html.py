@@ -17,7 +17,7 @@ import pandas as pd
 from harness.references.atomic import atomic_write
 from harness.reports import plots
 from harness.reports.realised import least_class, model_fits, output_label, verdict_line, within
-from harness.reports.schema import STATUSES
+from harness.reports.schema import BACKWARD_OUTPUTS, FORWARD_ONLY, STATUSES
 from harness.reports.summary import budget_ratio, gated, normalize, pair_notes, sort_keys, worst_value
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -187,9 +187,6 @@ def _ms(s: pd.Series) -> pd.Series:
     return _num(s * 1e3)
 
 
-BACKWARD = ("dx", "dgate", "dweight")
-
-
 def speed(d: pd.DataFrame) -> dict:
     """Per implementation: the median warm forward + backward time (the forward alone for a
     forward-only implementation, whose backward rows are skips that say so) over its timed cases and at its
@@ -212,8 +209,8 @@ def speed(d: pd.DataFrame) -> dict:
         mine = d[(d["impl"] == impl) & (d["rounding"] != "")]
         model = "" if mine.empty else ", ".join(x for x in (mine["rounding"].iloc[0], mine["math"].iloc[0]) if x)
         methods = sorted(m for m in t["gpu_method"].dropna().astype(str).unique() if m and m != "nan")
-        back = d[(d["impl"] == impl) & d["output"].isin(BACKWARD)]
-        forward_only = len(back) > 0 and bool(back["reason"].astype(str).str.contains("forward-only").all())
+        back = d[(d["impl"] == impl) & d["output"].isin(BACKWARD_OUTPUTS)]
+        forward_only = len(back) > 0 and bool((back["reason"].astype(str) == FORWARD_ONLY).all())
         rows.append({"impl": impl, "model": model, "n": len(t),
                      "calls": "forward only" if forward_only else "forward + backward",
                      "gpu": t["gpu_seconds"].median(), "gpu_big": np.nan if big is None else big["gpu_seconds"],

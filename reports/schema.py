@@ -19,6 +19,8 @@ SCHEMA_VERSION = 4
 INFERENCE_OUTPUT = "y_infer"
 CHECKED_OUTPUTS = ("y", INFERENCE_OUTPUT, "dx", "dgate", "dweight")
 BACKWARD_OUTPUTS = ("dx", "dgate", "dweight")
+# a forward-only implementation's backward rows: `skip`, with this reason
+FORWARD_ONLY = "forward-only implementation (factory.backward = False)"
 
 
 def reference_output(output: str) -> str:

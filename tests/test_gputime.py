@@ -120,7 +120,8 @@ def test_a_replay_that_does_not_reproduce_the_judged_outputs_is_not_trusted(monk
 
 def test_a_call_that_cannot_be_captured_is_not_captured_again(monkeypatch, profiler):
     """Remembered per implementation in the process: its later pairs pay no capture attempt; another
-    implementation still gets its graph; an unnamed call (key "") is never remembered."""
+    implementation still gets its graph; an unnamed call (key "") is never remembered, nor a replay
+    that does not give the judged bits (it may be one case's)."""
     monkeypatch.setattr(gputime, "NO_GRAPH", set())
     cuda = FakeCuda(monkeypatch)
     prepare, run = step(fail_in_capture=cuda)
@@ -135,6 +136,10 @@ def test_a_call_that_cannot_be_captured_is_not_captured_again(monkeypatch, profi
     gputime.gpu_time(prepare, run, first, same, least=5)
     gputime.gpu_time(prepare, run, first, same, least=5)
     assert len(captures) == 4 and gputime.NO_GRAPH == {"k"}
+    other = {"y": torch.full((3,), 3.0)}                    # a replay that is not the judged bits
+    assert gputime.gpu_time(*step(), other, same, least=5, key="m")[1] == "profiler"
+    assert gputime.gpu_time(*step(), other, same, least=5, key="m")[1] == "profiler"
+    assert len(captures) == 6 and gputime.NO_GRAPH == {"k"}
 
 
 def test_no_gpu_time_leaves_the_columns_empty(monkeypatch):

@@ -20,10 +20,10 @@ from harness.references.bundle import CaseReferences
 from harness.references.formats import fmt_of
 from harness.references.metrics import registry
 from harness.references.models import promoted_format
-from harness.reports.schema import BACKWARD_OUTPUTS, CHECKED_OUTPUTS, INFERENCE_OUTPUT, reference_output
+from harness.reports.schema import (BACKWARD_OUTPUTS, CHECKED_OUTPUTS, FORWARD_ONLY, INFERENCE_OUTPUT,
+                                    reference_output)
 
 REFERENCE_KINDS = ("exact", "model")
-FORWARD_ONLY = "forward-only implementation (factory.backward = False)"
 VERSION = package_version()
 
 

@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from harness.references.errors import out_of_memory
+
 # Replays (or profiled calls) timed together: enough that the first launch's latency is under 1 %
 # of the window, at most this many seconds of GPU time.
 WINDOW_SECONDS = 0.01
@@ -104,9 +106,10 @@ def profiler_seconds(prepare: Callable[[], object], run: Callable[[object], dict
     return seconds / least
 
 
-# The implementations (by `key`) whose call, in this process, could not be captured or whose replay
-# did not give the judged bits: later pairs go straight to the profiler instead of paying a capture
-# attempt each (and some torch versions leak a private memory pool on a failed capture).
+# The implementations (by `key`) whose call, in this process, raised in the capture (not for want of
+# memory: that may be one case's size): later pairs go straight to the profiler instead of paying a
+# capture attempt each (and some torch versions leak a private memory pool on a failed capture). A
+# replay that did not give the judged bits is not remembered: it may be one case's.
 NO_GRAPH: set[str] = set()
 
 
@@ -115,7 +118,7 @@ def gpu_time(prepare: Callable[[], object], run: Callable[[object], dict], first
     """(seconds of GPU time per call, "graph" or "profiler"), or (NaN, "") where neither worked;
     never raises for what the implementation does. `same(first, outputs)`: whether a replay's
     outputs are the judged call's, bit for bit. `key`: the implementation's name, remembered in
-    NO_GRAPH when the graph does not serve ("" remembers nothing)."""
+    NO_GRAPH when its capture raises ("" remembers nothing)."""
     if key not in NO_GRAPH:
         try:
             graph, outputs = capture(prepare, run)
@@ -127,8 +130,8 @@ def gpu_time(prepare: Callable[[], object], run: Callable[[object], dict], first
             if isinstance(e, KeyboardInterrupt):
                 raise
             settle()
-        if key:
-            NO_GRAPH.add(key)
+            if key and not out_of_memory(e):
+                NO_GRAPH.add(key)
     try:
         return profiler_seconds(prepare, run, least), "profiler"
     except BaseException as e:    # noqa: BLE001 — no GPU time: the columns stay empty

@@ -79,9 +79,9 @@ _MASKS: dict = {}
 
 
 def undecided_mask(value64: torch.Tensor, abs_bound: torch.Tensor, fmt: Format) -> torch.Tensor:
-    """references.formats.undecided, compiled into one elementwise kernel for big CUDA tensors (every
-    step is exact — exponent bits, adding and subtracting a power of two, in that order — so the mask
-    is the same bit for bit)."""
+    """references.formats.undecided, compiled into one elementwise kernel for big CUDA tensors (each
+    step is one IEEE operation — exponent bits, adding and subtracting a power of two, in that order,
+    never reassociated — so the mask is the same bit for bit)."""
     v = value64.to(torch.float64)
     b = abs_bound.to(torch.float64) if isinstance(abs_bound, torch.Tensor) else torch.full_like(v, float(abs_bound))
     if not worth_fusing(v) or fmt.precision >= 53:

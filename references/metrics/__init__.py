@@ -34,10 +34,10 @@ class Distance:
     gauge: torch.Tensor        # the output's formula on absolute values
     fmt: Format                # the output's format
     special: torch.Tensor      # NaN or infinity on either side
-    special_ok: torch.Tensor   # ... and the two agree
+    special_ok: torch.Tensor   # ... and the two agree (where none is special: `special` itself, unread)
     rounded: torch.Tensor      # ref rounded to the format (what a correct rounding of it returns)
     ulp: torch.Tensor          # ulp(ref) in the format (references.formats.ulp)
-    special_error: torch.Tensor    # every metric's error where `special`: 0 if special_ok, else inf
+    special_error: torch.Tensor    # every metric's error where `special`: 0 if special_ok, else inf (as above)
     ref_nan: torch.Tensor      # the reference interval is NaN (lo or hi)
     any_special: bool          # special.any(): where none is, every formula needs no special care
 
@@ -48,7 +48,9 @@ class Metric:
     column: str                               # results.csv: the worst element's value
     mean_column: str | None                   # results.csv: the mean over elements (None: not kept)
     final_rounding: float                     # what one correct rounding of the output can cost
-    elementwise: Callable[[Distance], torch.Tensor]    # finite-part formula; specials are handled here
+    # finite-part formula; specials are handled here. It must give no NaN where both sides are finite
+    # (the reference's gauge included): where no element is special, its values are taken as they are
+    elementwise: Callable[[Distance], torch.Tensor]
     description: str
 
     def errors(self, d: Distance) -> torch.Tensor:
