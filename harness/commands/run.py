@@ -12,6 +12,7 @@ from harness.commands.phases import Clock
 from harness.commands.phases import line as phase_line
 from harness.commands.phases import rows as phase_rows
 from harness.commands.phases import share_line
+from harness.pipeline.drive import isolated
 from harness.commands.common import (check_output_file, finish, nondeterminism, parse_gpus, parse_shard,
                                      timing_line)
 from harness.environment import environment
@@ -38,9 +39,11 @@ def cmd_run(args) -> int:
             f"[{', '.join(f'{i.name} ({i.rounding.name}, {i.math.label})' for i in p.impls)}] on {p.settings.device}")
         clock.mark("sweep")
         env, show = [], Progress()
+        # beside workers only: in this process it would compete with an inline pair's timed calls
+        overlap = all(isolated(i, args.isolate) for i in p.impls)
 
         def progress(done: int, total: int, what: str, rows: list[dict]) -> None:
-            if not env:     # the first pair is in, the workers have started: learn the environment meanwhile
+            if overlap and not env:    # the first pair is in, the workers have started: learn the environment meanwhile
                 env.append(in_background(environment, p.settings.device, p.impls, args.reference_backend))
             show(done, total, what, rows)
         results = run_plan(p, args.out, resume=args.resume, jobs=args.jobs, timeout=args.timeout,
