@@ -48,9 +48,10 @@ class Inputs:
         return Op(float(self.eps), bool(self.zero_centered_gamma), self.group, bool(self.norm_before_gate),
                   self.activation)
 
-    def to(self, device) -> "Inputs":
-        return replace(self, x=self.x.to(device), gate=self.gate.to(device), weight=self.weight.to(device),
-                       dy=self.dy.to(device))
+    def to(self, device, copy: bool = False) -> "Inputs":
+        """The inputs on `device`; `copy`: new tensors even where they are there already."""
+        return replace(self, x=self.x.to(device, copy=copy), gate=self.gate.to(device, copy=copy),
+                       weight=self.weight.to(device, copy=copy), dy=self.dy.to(device, copy=copy))
 
 
 # ------------------------------------------------------------------ reductions over float64 tensors

@@ -308,11 +308,7 @@ def case_inputs(case: Case, act_follows: str, device: str) -> Inputs:
     if key not in _LAST_CASE:
         _LAST_CASE.clear()
         _LAST_CASE[key] = generate(case, act_follows)
-    kept = _LAST_CASE[key]
-    if torch.device(device).type == "cpu":
-        return replace(kept, x=kept.x.clone(), gate=kept.gate.clone(), weight=kept.weight.clone(),
-                       dy=kept.dy.clone())
-    return kept.to(device)
+    return _LAST_CASE[key].to(device, copy=True)
 
 
 def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
