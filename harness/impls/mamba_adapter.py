@@ -35,9 +35,9 @@ NEEDS = ("triton", "einops")
 def module_path() -> tuple[Path | None, str]:
     """(the installed layernorm_gated.py, "") or (None, why not)."""
     path, why = package_file(PACKAGE, (MODULE_FILE,), NEEDS)
-    hint = "" if path is not None or why.startswith(f"{PACKAGE}'s ") else \
-        " (pip install the wheel built as harness/impls/mamba_adapter.py says)"        # not for a missing einops
-    return path, why + hint
+    if path is None:
+        why += " (pip install the wheel and einops as harness/impls/mamba_adapter.py says)"
+    return path, why
 
 
 @functools.cache

@@ -119,6 +119,7 @@ def gate_floor(u_abs, t, mc: MathClass = ACCURATE, activation: str = "silu"):
     — silu's also times max(1, |t|), its product by t; below the flush point the whole value (silu's
     a float32 normal up to 2.6e-37, sigmoid's a subnormal below 2.9e-39, times |u|). (The flush
     branch is formed only where some gate is below the flush point: rarely.)"""
+    u_abs, t = torch.broadcast_tensors(u_abs, t)          # the floor has the step's shape
     flush = t < silu_flush(mc)
     if activation == "sigmoid":
         floor = tiny(mc) * u_abs.clamp(min=1.0)
