@@ -68,7 +68,7 @@ def worker_env(threads: int, compile_threads: int, gpu: int | None) -> dict:
     """A worker's environment: its OpenMP team (its share of the cores), told to sleep rather than
     spin while it waits (OMP_WAIT_POLICY=PASSIVE: on a shared 2-core CI box a spinning team of every
     core ran quick 3-4 times slower), its share of the cores for Inductor's compile pool, its GPU."""
-    env = dict(os.environ)
+    env = base_env()
     env["OMP_NUM_THREADS"] = str(threads)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
@@ -86,6 +86,16 @@ def sweep_envs(jobs: int, threads: int | None, gpus: tuple[int, ...] = ()) -> li
 
 # Started, importing, not yet given settings.
 _SPARE: list[tuple[dict, "Process"]] = []
+# os.environ as it was when the command started its first workers (prespawn), until drop_spares:
+# every worker of the command is built from it, so that a worker the sweep asks for has the
+# environment of the spare started for it, whatever a library the command imported since wrote
+# into os.environ (which no worker should inherit either).
+_BASE_ENV: dict | None = None
+
+
+def base_env() -> dict:
+    """A copy of the environment a worker of this command starts from."""
+    return dict(os.environ if _BASE_ENV is None else _BASE_ENV)
 
 
 class Process:
@@ -93,7 +103,7 @@ class Process:
     leader, and the implementation's process's parent), the two sockets, and the thread that
     drains their output onto our stderr."""
 
-    def __init__(self, env: dict, warm_cuda: bool = False):
+    def __init__(self, env: dict, warm: tuple[str, ...] = ()):
         impl, impl_child = socket.socketpair()
         judge, judge_child = socket.socketpair()
         env = dict(env)
@@ -102,7 +112,8 @@ class Process:
         # checkout's) is never the worker's harness; the command sends its own path, plug-ins included
         self.proc = subprocess.Popen(
             [sys.executable, "-P", "-m", "harness.pipeline.serve", str(impl_child.fileno()),
-             str(judge_child.fileno()), str(os.getpid())] + (["warm-cuda"] if warm_cuda else []), pass_fds=(impl_child.fileno(), judge_child.fileno()), stdin=subprocess.DEVNULL,
+             str(judge_child.fileno()), str(os.getpid()), *warm],
+            pass_fds=(impl_child.fileno(), judge_child.fileno()), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         impl_child.close()
         judge_child.close()
@@ -208,18 +219,25 @@ def end_orphans_at_exit() -> None:
     atexit.register(kill_tree, os.getpid(), False)
 
 
-def prespawn(envs: list[dict], warm_cuda: bool = False) -> None:
+def prespawn(envs: list[dict], preload: bool = False, cuda: bool = False) -> None:
     """Start a worker per environment now, from the main thread (a worker dies with the thread that
-    started it), for Worker.start to take; drop_spares() ends those no sweep took. `warm_cuda`
-    (a sweep that may run on CUDA): their implementation processes create their CUDA contexts
-    while this process still imports and plans."""
+    started it), for Worker.start to take; drop_spares() ends those no sweep took. While this
+    process still imports and plans (harness.pipeline.serve): `preload` (a sweep's workers), their
+    implementation processes import the built-in implementations; `cuda` (a sweep that may run on
+    CUDA), both their processes create their CUDA contexts. The environment they start from is
+    kept (base_env)."""
+    global _BASE_ENV
+    if _BASE_ENV is None:
+        _BASE_ENV = dict(os.environ)
     for env in envs:
-        _SPARE.append((env, Process(env, warm_cuda)))
+        _SPARE.append((env, Process(env, ("preload",) * preload + ("cuda",) * cuda)))
 
 
 def drop_spares() -> None:
+    global _BASE_ENV
     while _SPARE:
         _SPARE.pop()[1].end()
+    _BASE_ENV = None
 
 
 atexit.register(drop_spares)

@@ -291,3 +291,22 @@ def test_a_prespawned_worker_is_taken_and_spares_are_dropped():
     finally:
         W.drop_spares()
     assert not W._SPARE and not any(running(p) for p in pids)
+
+
+def test_a_spare_is_taken_though_the_command_changed_its_environment_since(monkeypatch):
+    """A library the command imports after the spares started may write into os.environ; the
+    sweep's workers are built from the environment the spares started with, so they are taken."""
+    from harness import worker as W
+    from harness.pipeline.remote import Worker
+    W.prespawn([W.sweep_envs(1, None)[0]], preload=True)
+    pids = [p.pid for _, p in W._SPARE]
+    try:
+        monkeypatch.setenv("HARNESS_TEST_WRITTEN_BY_A_LIBRARY", "1")
+        env = W.sweep_envs(1, None)[0]
+        assert "HARNESS_TEST_WRITTEN_BY_A_LIBRARY" not in env
+        w = Worker(Settings("cpu"), env)
+        assert w.start() is None and w.pid in pids
+        w.stop()
+    finally:
+        W.drop_spares()
+    assert "HARNESS_TEST_WRITTEN_BY_A_LIBRARY" in W.sweep_envs(1, None)[0]     # the command's own again

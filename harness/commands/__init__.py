@@ -60,7 +60,8 @@ def _prespawn(args) -> None:
     except ValueError:
         return                                   # the command says why, in one line
     from harness.worker import cores, prespawn, sweep_envs
-    prespawn(sweep_envs(args.jobs, args.threads, gpus)[:max(cores(), len(gpus))], warm_cuda=args.device != "cpu")
+    prespawn(sweep_envs(args.jobs, args.threads, gpus)[:max(cores(), len(gpus))], preload=True,
+             cuda=args.device != "cpu")
 
 
 def dispatch(args) -> int:

@@ -36,6 +36,12 @@ def builtins() -> dict[str, Implementation]:
     return dict(_BUILTINS)
 
 
+def forget_builtins() -> None:
+    """Drop the list, so that the next builtins() makes it again (on another import path); the
+    modules stay imported."""
+    _BUILTINS.clear()
+
+
 def check_name(name: str) -> str:
     if name.strip().lower() in RESERVED:
         raise UsageError(f"--impl {name!r}: a name that reads as a missing value in CSV files; choose another")

@@ -19,7 +19,7 @@ import time
 from multiprocessing.connection import wait
 from typing import Callable, Iterable, Iterator
 
-from harness.worker import _SPARE, START_TIMEOUT, Process, describe_exit
+from harness.worker import _SPARE, START_TIMEOUT, Process, base_env, describe_exit
 
 
 class WorkerStartError(RuntimeError):
@@ -48,7 +48,7 @@ class Worker:
     def start(self) -> str | None:
         """Start a worker (or take a spare one started with the same environment) and wait until
         both its processes are ready; None, or why it could not start."""
-        env = dict(os.environ if self.env is None else self.env)
+        env = base_env() if self.env is None else dict(self.env)
         spare = next((k for k, (e, p) in enumerate(_SPARE) if e == env and p.proc.poll() is None), None)
         self.p = _SPARE.pop(spare)[1] if spare is not None else Process(env)
         if self.on_start is not None:

@@ -56,9 +56,10 @@ def escaped(e: BaseException) -> str:
 
 
 def warm_cuda() -> None:
-    """Create this process's CUDA context now (a worker the command line started for a CUDA sweep,
-    while the command still imports and plans): otherwise the first pair's calls wait for it. On a
-    machine without CUDA, nothing; a failure here is the first pair's to report."""
+    """Create this process's CUDA context now (a worker the command line started for a sweep, while
+    the command still imports and plans): otherwise the first pair waits for it, and a sweep's
+    first pairs are its biggest cases, analysed on the GPU. On a machine without CUDA, nothing; a
+    failure here is the first pair's to report."""
     try:
         import torch
         if torch.cuda.is_available():
@@ -67,17 +68,32 @@ def warm_cuda() -> None:
         pass
 
 
-def implementation_loop(conn: Connection, warm: bool = False) -> int:
-    from harness.impls.registry import resolve
+def preload() -> None:
+    """Import the built-in implementations now (a spare of a sweep, before its settings arrive):
+    listing them imports what they wrap (fla, Triton: seconds), which the first pair would
+    otherwise wait for, whichever built-in it runs. Their list is made again once the command's
+    import path is in place, so that what that path finds is what the pairs get."""
+    try:
+        from harness.impls.registry import builtins
+        builtins()
+    except BaseException:           # noqa: BLE001 — resolving the pair's implementation says why
+        pass
+
+
+def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
+    from harness.impls.registry import forget_builtins, resolve
     from harness.pipeline.call import CallRecord, run_calls
     from harness.pipeline.wire import encode
-    if warm:
+    if "cuda" in warm:
         warm_cuda()
+    if "preload" in warm:
+        preload()
     try:
         _, settings, path, pinned = conn.recv()
     except EOFError:
         return 0
     sys.path[:] = list(dict.fromkeys(list(path) + sys.path))
+    forget_builtins()                          # listed again on this path (preload's modules stay imported)
     if pinned is not None:                     # harness bisect: a commit's package, from its roots only
         from harness.pinned import pin_imports
         pin_imports(*pinned)
@@ -102,13 +118,15 @@ def implementation_loop(conn: Connection, warm: bool = False) -> int:
         conn.send_bytes(encode(rec))
 
 
-def judge_loop(conn: Connection, child: int) -> int:
+def judge_loop(conn: Connection, child: int, warm: tuple[str, ...] = ()) -> int:
     """Messages in order: ("pair", case, declaration) — its references start at once, while the
     calls run; ("record",) and the record's bytes — the pair's PairResult back; ("reap",) — the
     implementation's process ended: its exit status back (as Popen.returncode), and this loop ends."""
     from harness.pipeline.call import CallRecord
     from harness.pipeline.judge import Judge
     from harness.pipeline.wire import WireError, decode
+    if "cuda" in warm:
+        warm_cuda()
     try:
         _, settings = conn.recv()
         judge = Judge(settings)
@@ -150,10 +168,11 @@ def judge_loop(conn: Connection, child: int) -> int:
             conn.send(("crash", escaped(e)))
 
 
-def main(impl_fd: int, judge_fd: int, parent: int, warm: bool = False) -> int:
+def main(impl_fd: int, judge_fd: int, parent: int, warm: tuple[str, ...] = ()) -> int:
     """The imports first (a spare worker does them while the command checks its input), then the
-    fork, then each side's loop; `warm`: the implementation's process creates its CUDA context
-    before it waits for its settings (a spare worker for a CUDA sweep)."""
+    fork, then each side's loop. `warm` (a sweep's spare worker), before they wait for their
+    settings: "cuda", both create their CUDA contexts; "preload", the implementation's process
+    imports the built-in implementations."""
     die_with_parent(parent)
     first_to_go()
     impl, judge = Connection(impl_fd), Connection(judge_fd)
@@ -174,8 +193,8 @@ def main(impl_fd: int, judge_fd: int, parent: int, warm: bool = False) -> int:
         die_with_parent(me)
         return implementation_loop(impl, warm)
     impl.close()                               # the judge: no implementation's code runs here
-    return judge_loop(judge, child)
+    return judge_loop(judge, child, warm)
 
 
 if __name__ == "__main__":
-    exit_now(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:] == ["warm-cuda"]))
+    exit_now(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), tuple(sys.argv[4:])))
