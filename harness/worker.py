@@ -219,18 +219,19 @@ def end_orphans_at_exit() -> None:
     atexit.register(kill_tree, os.getpid(), False)
 
 
-def prespawn(envs: list[dict], preload: bool = False, cuda: bool = False) -> None:
+def prespawn(envs: list[dict], preload: tuple[str, ...] = (), cuda: bool = False) -> None:
     """Start a worker per environment now, from the main thread (a worker dies with the thread that
     started it), for Worker.start to take; drop_spares() ends those no sweep took. While this
-    process still imports and plans (harness.pipeline.serve): `preload` (a sweep's workers), their
-    implementation processes import the built-in implementations; `cuda` (a sweep that may run on
-    CUDA), both their processes create their CUDA contexts. The environment they start from is
-    kept (base_env)."""
+    process still imports and plans (harness.pipeline.serve): their implementation processes list
+    the built-in implementations named in `preload` (what they wrap is imported); `cuda` (a sweep
+    that may run on CUDA), both their processes create their CUDA contexts. The environment they
+    start from is kept (base_env)."""
     global _BASE_ENV
-    if _BASE_ENV is None:
+    if _BASE_ENV is None or not _SPARE:
         _BASE_ENV = dict(os.environ)
     for env in envs:
-        _SPARE.append((env, Process(env, ("preload",) * preload + ("cuda",) * cuda)))
+        warm = ((f"preload={','.join(preload)}",) if preload else ()) + (("cuda",) if cuda else ())
+        _SPARE.append((env, Process(env, warm)))
 
 
 def drop_spares() -> None:

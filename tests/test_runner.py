@@ -298,7 +298,7 @@ def test_a_spare_is_taken_though_the_command_changed_its_environment_since(monke
     sweep's workers are built from the environment the spares started with, so they are taken."""
     from harness import worker as W
     from harness.pipeline.remote import Worker
-    W.prespawn([W.sweep_envs(1, None)[0]], preload=True)
+    W.prespawn([W.sweep_envs(1, None)[0]], preload=("torch",))
     pids = [p.pid for _, p in W._SPARE]
     try:
         monkeypatch.setenv("HARNESS_TEST_WRITTEN_BY_A_LIBRARY", "1")

@@ -60,8 +60,14 @@ def _prespawn(args) -> None:
     except ValueError:
         return                                   # the command says why, in one line
     from harness.worker import cores, prespawn, sweep_envs
-    prespawn(sweep_envs(args.jobs, args.threads, gpus)[:max(cores(), len(gpus))], preload=True,
-             cuda=args.device != "cpu")
+    prespawn(sweep_envs(args.jobs, args.threads, gpus)[:max(cores(), len(gpus))],
+             preload=_builtin_names(args.impl), cuda=args.device != "cpu")
+
+
+def _builtin_names(specs) -> tuple[str, ...]:
+    """The --impl values that can name a built-in (NAME or NAME@CLASS), without their class."""
+    specs = [specs] if isinstance(specs, str) else specs
+    return tuple(dict.fromkeys(s.rpartition("@")[0] or s for s in specs if "=" not in s and "," not in s))
 
 
 def dispatch(args) -> int:

@@ -137,6 +137,10 @@ def emulation(math: FastMath, cls=FastMathGatedRMSNorm):
     return make
 
 
+# The names implementations() lists (the registry imports only the module that has the one asked for).
+NAMES = ("torch-fastmath", "torch-fastmath-ftz")
+
+
 def implementations() -> list[Implementation]:
     return [
         from_factory("torch-fastmath", emulation(FastMath(ftz=False)), "builtin", rounding="fused", math="fast",

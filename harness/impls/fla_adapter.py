@@ -92,6 +92,10 @@ def _import_first(*modules: str, names: tuple[str, ...]):
     return None, f"fla not importable ({type(err).__name__}: {err})"
 
 
+# The names implementations() lists (the registry imports only the module that has the one asked for).
+NAMES = ("fla", "fla-gated")
+
+
 def implementations() -> list[Implementation]:
     out = []
     found, why = _import_first("fla.modules.norm.fused_norm_gate", "fla.modules.fused_norm_gate",

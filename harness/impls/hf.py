@@ -212,5 +212,9 @@ def implementation(c: HfClass) -> Implementation:
                         notes=c.notes, findings=c.findings)
 
 
+# The names implementations() lists (the registry imports only the module that has the one asked for).
+NAMES = tuple(c.name for c in CLASSES)
+
+
 def implementations() -> list[Implementation]:
     return [implementation(c) for c in CLASSES]

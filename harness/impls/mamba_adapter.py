@@ -72,6 +72,10 @@ def adapter(path: Path) -> Implementation:
                         notes="mamba_ssm RMSNorm (Triton; groups, both orders; loaded from its file)")
 
 
+# The names implementations() lists (the registry imports only the module that has the one asked for).
+NAMES = ("mamba",)
+
+
 def implementations() -> list[Implementation]:
     path, why = module_path()
     if path is None:                  # never skip silently: say why

@@ -23,23 +23,45 @@ ENTRY_POINT_GROUP = "harness.impls"
 PLUGIN_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9_.\-]+)=(?P<module>[A-Za-z_][\w.]*):(?P<attr>[A-Za-z_][\w.]*)$")
 # Names pandas would read back as missing values: never an implementation's name (results.csv).
 RESERVED = {"", "na", "nan", "n/a", "null", "none", "<na>", "-nan", "#n/a", "nat"}
-_BUILTINS: dict[str, Implementation] = {}
+# Each module's listed implementations, by module name, once listed.
+_LISTED: dict[str, dict[str, Implementation]] = {}
+
+
+def _modules() -> list:
+    """The modules of harness.impls that list implementations. Importing one is cheap: what an
+    adapter wraps (fla, Triton, mamba_ssm, a serving stack) is imported when it is listed."""
+    mods = [importlib.import_module(f"{_package.__name__}.{m.name}")
+            for m in sorted(pkgutil.iter_modules(_package.__path__), key=lambda m: m.name)]
+    return [m for m in mods if hasattr(m, "implementations")]
+
+
+def _listed(module) -> dict[str, Implementation]:
+    if module.__name__ not in _LISTED:
+        _LISTED[module.__name__] = {i.name: replace(i, spec=i.name)       # a worker resolves it by name
+                                    for i in module.implementations()}
+    return _LISTED[module.__name__]
 
 
 def builtins() -> dict[str, Implementation]:
     """Every built-in implementation, by name (optional ones say why they are unavailable)."""
-    if not _BUILTINS:
-        for m in sorted(pkgutil.iter_modules(_package.__path__), key=lambda m: m.name):
-            module = importlib.import_module(f"{_package.__name__}.{m.name}")
-            for impl in getattr(module, "implementations", lambda: [])():
-                _BUILTINS[impl.name] = replace(impl, spec=impl.name)      # a worker resolves it by name
-    return dict(_BUILTINS)
+    return {k: v for m in _modules() for k, v in _listed(m).items()}
+
+
+def builtin(name: str) -> Implementation | None:
+    """The built-in implementation `name`, listing only the module whose NAMES has it (resolving
+    `torch` does not import fla); None where no built-in has that name."""
+    for m in _modules():
+        if name in getattr(m, "NAMES", (name,)):           # a module without NAMES is listed to find out
+            found = _listed(m).get(name)
+            if found is not None:
+                return found
+    return None
 
 
 def forget_builtins() -> None:
-    """Drop the list, so that the next builtins() makes it again (on another import path); the
-    modules stay imported."""
-    _BUILTINS.clear()
+    """Drop the lists, so that they are made again (on another import path); the modules stay
+    imported."""
+    _LISTED.clear()
 
 
 def check_name(name: str) -> str:
@@ -98,15 +120,15 @@ def resolve(spec: str) -> Implementation:
         except UsageError as e:
             raise UsageError(f"--impl {spec!r}: {e}") from None
         return resolve(base).with_math(mc)
-    found = builtins()
-    if spec in found:
-        return found[spec]
+    found = builtin(spec)
+    if found is not None:
+        return found
     if "=" in spec:
         return load_plugin(spec)
     eps = entry_points()
     if spec in eps:
         return eps[spec]
-    raise UsageError(f"--impl {spec!r}: unknown implementation; built-ins: {', '.join(found)}"
+    raise UsageError(f"--impl {spec!r}: unknown implementation; built-ins: {', '.join(builtins())}"
                      + (f"; installed: {', '.join(eps)}" if eps else "") + "; or NAME=MODULE:ATTR")
 
 

@@ -198,6 +198,10 @@ def _name(activation: str) -> str:
     return "swish" if activation == "silu" else activation          # the kernels' own names
 
 
+# The names implementations() lists (the registry imports only the module that has the one asked for).
+NAMES = tuple(k.name for k in KERNELS)
+
+
 def implementations() -> list[Implementation]:
     out = []
     for k in KERNELS:

@@ -109,6 +109,10 @@ def _compiled(emulate: bool):
     return make
 
 
+# The names implementations() lists (the registry imports only the module that has the one asked for).
+NAMES = ("torch", "torch-fused", "torch-xhat", "torch-compile", "torch-compile-emulate")
+
+
 def implementations() -> list[Implementation]:
     return [
         from_factory("torch", chain, "builtin", rounding="chain",

@@ -68,16 +68,17 @@ def warm_cuda() -> None:
         pass
 
 
-def preload() -> None:
-    """Import the built-in implementations now (a spare of a sweep, before its settings arrive):
-    listing them imports what they wrap (fla, Triton: seconds), which the first pair would
-    otherwise wait for, whichever built-in it runs. Their list is made again once the command's
-    import path is in place, so that what that path finds is what the pairs get."""
-    try:
-        from harness.impls.registry import builtins
-        builtins()
-    except BaseException:           # noqa: BLE001 — resolving the pair's implementation says why
-        pass
+def preload(names: list[str]) -> None:
+    """List the built-in implementations `names` now (a spare of a sweep, before its settings
+    arrive): that imports what they wrap (fla and Triton: seconds), which the first pair would
+    otherwise wait for. They are listed again once the command's import path is in place, so that
+    what that path finds is what the pairs get."""
+    from harness.impls.registry import builtin
+    for name in names:
+        try:
+            builtin(name)
+        except BaseException:       # noqa: BLE001 — resolving the pair's implementation says why
+            pass
 
 
 def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
@@ -86,8 +87,9 @@ def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
     from harness.pipeline.wire import encode
     if "cuda" in warm:
         warm_cuda()
-    if "preload" in warm:
-        preload()
+    for flag in warm:
+        if flag.startswith("preload="):
+            preload(flag.split("=", 1)[1].split(","))
     try:
         _, settings, path, pinned = conn.recv()
     except EOFError:
@@ -171,8 +173,8 @@ def judge_loop(conn: Connection, child: int, warm: tuple[str, ...] = ()) -> int:
 def main(impl_fd: int, judge_fd: int, parent: int, warm: tuple[str, ...] = ()) -> int:
     """The imports first (a spare worker does them while the command checks its input), then the
     fork, then each side's loop. `warm` (a sweep's spare worker), before they wait for their
-    settings: "cuda", both create their CUDA contexts; "preload", the implementation's process
-    imports the built-in implementations."""
+    settings: "cuda", both create their CUDA contexts; "preload=NAME,...", the implementation's
+    process lists those built-in implementations."""
     die_with_parent(parent)
     first_to_go()
     impl, judge = Connection(impl_fd), Connection(judge_fd)
