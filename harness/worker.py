@@ -223,9 +223,9 @@ def prespawn(envs: list[dict], preload: tuple[str, ...] = (), cuda: bool = False
     """Start a worker per environment now, from the main thread (a worker dies with the thread that
     started it), for Worker.start to take; drop_spares() ends those no sweep took. While this
     process still imports and plans (harness.pipeline.serve): their implementation processes list
-    the built-in implementations named in `preload` (what they wrap is imported); `cuda` (a sweep
-    that may run on CUDA), both their processes create their CUDA contexts. The environment they
-    start from is kept (base_env)."""
+    the built-in implementations named in `preload` (what they wrap is imported) and, with `cuda`
+    (a sweep that may run on CUDA), create their CUDA contexts. The environment they start from is
+    kept (base_env)."""
     global _BASE_ENV
     if _BASE_ENV is None or not _SPARE:
         _BASE_ENV = dict(os.environ)

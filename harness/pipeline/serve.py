@@ -21,6 +21,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import traceback
 from multiprocessing.connection import Connection
 
@@ -56,10 +57,9 @@ def escaped(e: BaseException) -> str:
 
 
 def warm_cuda() -> None:
-    """Create this process's CUDA context now (a worker the command line started for a sweep, while
-    the command still imports and plans): otherwise the first pair waits for it, and a sweep's
-    first pairs are its biggest cases, analysed on the GPU. On a machine without CUDA, nothing; a
-    failure here is the first pair's to report."""
+    """Create this process's CUDA context before a pair needs it (an implementation's process of a
+    spare worker, while the command still imports and plans; a judge, while its first pair's inputs
+    are drawn). On a machine without CUDA, nothing; a failure here is the first pair's to report."""
     try:
         import torch
         if torch.cuda.is_available():
@@ -120,19 +120,23 @@ def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
         conn.send_bytes(encode(rec))
 
 
-def judge_loop(conn: Connection, child: int, warm: tuple[str, ...] = ()) -> int:
+def judge_loop(conn: Connection, child: int) -> int:
     """Messages in order: ("pair", case, declaration) — its references start at once, while the
     calls run; ("record",) and the record's bytes — the pair's PairResult back; ("reap",) — the
     implementation's process ended: its exit status back (as Popen.returncode), and this loop ends."""
     from harness.pipeline.call import CallRecord
     from harness.pipeline.judge import Judge
     from harness.pipeline.wire import WireError, decode
-    if "cuda" in warm:
-        warm_cuda()
     try:
         _, settings = conn.recv()
         judge = Judge(settings)
         judge.check_environment(pool=True)
+        if settings.device.startswith("cuda"):
+            # its CUDA context, while the first pair's inputs are drawn on the CPU: the big cases
+            # come first and are analysed on the GPU. Not before the settings: the implementation
+            # processes' contexts, created meanwhile, would wait behind it (the driver creates a
+            # machine's contexts largely one at a time: 16 at once took ~3 s each on the H200).
+            threading.Thread(target=warm_cuda, name="warm-cuda", daemon=True).start()
     except EOFError:
         return 0
     except BaseException as e:
@@ -173,8 +177,9 @@ def judge_loop(conn: Connection, child: int, warm: tuple[str, ...] = ()) -> int:
 def main(impl_fd: int, judge_fd: int, parent: int, warm: tuple[str, ...] = ()) -> int:
     """The imports first (a spare worker does them while the command checks its input), then the
     fork, then each side's loop. `warm` (a sweep's spare worker), before they wait for their
-    settings: "cuda", both create their CUDA contexts; "preload=NAME,...", the implementation's
-    process lists those built-in implementations."""
+    settings: "cuda", the implementation's process creates its CUDA context; "preload=NAME,...",
+    it lists those built-in implementations. (A judge of a CUDA sweep creates its context once its
+    settings arrive.)"""
     die_with_parent(parent)
     first_to_go()
     impl, judge = Connection(impl_fd), Connection(judge_fd)
@@ -195,7 +200,7 @@ def main(impl_fd: int, judge_fd: int, parent: int, warm: tuple[str, ...] = ()) -
         die_with_parent(me)
         return implementation_loop(impl, warm)
     impl.close()                               # the judge: no implementation's code runs here
-    return judge_loop(judge, child, warm)
+    return judge_loop(judge, child)
 
 
 if __name__ == "__main__":
