@@ -129,11 +129,14 @@ class _Call:
         self.grad = grad
 
     def run(self):
-        """The forward, and the backward where this call has one: y."""
+        """The forward, and the backward where this call has one: y, detached. A y that kept its
+        graph would keep the weight's AccumulateGrad node alive, bound to the stream the call ran
+        on: a CUDA-graph capture on a side stream after it then syncs and fails (torch 2.11, the
+        H200: every capture in the harness did, and fell back to the profiler)."""
         y = self.forward()
         if self.grad:
             self.backward(y)
-        return y
+        return y.detach() if isinstance(y, torch.Tensor) else y
 
     def forward(self):
         return self.module(self.x, self.gate)
