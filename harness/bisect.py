@@ -4,10 +4,11 @@ implementation goes over budget. SPEC is NAME=MODULE:ATTR or the name of an inst
 MODULE is imported from each commit, not from what is installed.
 
 Everything happens in a temporary linked worktree of REPO, so the user's checkout, index, branch
-and bisect state are never touched; the worktree is removed (and pruned) on every way out. Each
-commit is judged by a fresh process (harness.bisect_judge) with the commit's import roots first
-(REPO's src/ when the commit has one, and REPO; or the --path entries); it stops at the first check
-over budget, and each verdict line names the file MODULE was imported from. Error rows alone (the
+and bisect state are never touched; the worktree is removed (and pruned) on every way out, and no
+process bisect starts writes bytecode (no __pycache__ in REPO or the worktree). Each commit is
+judged by a fresh process (harness.bisect_judge) with the commit's import roots first (REPO's src/
+when the commit has one, and REPO; or the --path entries); it stops at the first check over budget,
+and each verdict line names the file MODULE was imported from. Error rows alone (the
 implementation raised), a judge that ends without a verdict (a crash, a hang) and a failed --build
 make a commit untestable (skip).
 
@@ -41,9 +42,14 @@ _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.M)
 _GIT_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_PREFIX")
 
 
-def _clean_env(extra: dict | None = None) -> dict:
+def _clean_env() -> dict:
+    """The environment of every process bisect starts: no git variable pointing at another
+    repository, and PYTHONDONTWRITEBYTECODE=1, so that no Python process of a bisection writes
+    bytecode — not the judge importing the commit's package, nor a `git bisect run` step whose
+    start-up imports a sitecustomize or an editable install's finder (REPO stays as it was, and a
+    stray __pycache__ in the worktree could block the next checkout)."""
     env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV}
-    env.update(extra or {})
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
@@ -68,8 +74,7 @@ def run_step(worktree: Path, impl: str, cases: str, device: str, results_root: P
     out.mkdir(parents=True)
     cwd = Path(worktree) / prefix if prefix else Path(worktree)
     roots = import_roots(cwd, paths)
-    # No __pycache__ in the worktree: stray files there could block the next checkout.
-    env = _clean_env({"PYTHONDONTWRITEBYTECODE": "1"})
+    env = _clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(r) for r in roots] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     with open(out / "step.log", "w") as fh:
         if build:

@@ -2,7 +2,9 @@
 commit that does not import (skipped), a fix, a precision regression (SiLU in bf16), more commits.
 The user's checkout (at the regression) is also what an editable install's finder — put first on
 sys.meta_path, as some build backends do — would import: each step must import its own commit.
-The user's repository must come out exactly as it went in."""
+The user's repository must come out exactly as it went in, with no bytecode written into it — run
+as on a user's machine, where Python writes bytecode (this image sets PYTHONDONTWRITEBYTECODE=1,
+which would hide a process that writes some)."""
 from __future__ import annotations
 
 import os
@@ -69,6 +71,11 @@ sys.meta_path.insert(0, _Editable)
 NORM = "src/mykernel/norm.py"
 
 
+@pytest.fixture(autouse=True)
+def writes_bytecode(monkeypatch):
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+
+
 @pytest.fixture(scope="module")
 def history(tmp_path_factory):
     root = tmp_path_factory.mktemp("bisect")
@@ -98,10 +105,16 @@ def history(tmp_path_factory):
     return repo, c, suite, site
 
 
+def bytecode(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("__pycache__"))
+
+
 def snapshot(repo: Path) -> dict:
     refs = git(repo, "for-each-ref", "--format=%(refname)")
     return {"head": git(repo, "rev-parse", "HEAD"), "branch": git(repo, "symbolic-ref", "HEAD"),
-            "status": git(repo, "status", "--porcelain"), "refs": refs,
+            "status": git(repo, "status", "--porcelain", "--ignored"), "refs": refs,
+            # the repository, and the "installed" site whose sitecustomize every step imports
+            "bytecode": bytecode(repo.parent),
             "worktrees": git(repo, "worktree", "list", "--porcelain"),
             "bisect_files": sorted(p.name for p in (repo / ".git").iterdir() if p.name.startswith("BISECT")),
             "worktree_dirs": sorted(p.name for p in (repo / ".git" / "worktrees").iterdir())
@@ -114,19 +127,22 @@ def assert_untouched(repo: Path, before: dict) -> None:
     assert "refs/bisect" not in after["refs"]
     assert not (repo / ".git" / "refs" / "bisect").exists()
     assert len(git(repo, "worktree", "list").splitlines()) == 1
-    assert after["status"] == "M README"
+    assert after["status"] == "M README" and after["bytecode"] == []
 
 
 def test_the_editable_finder_would_shadow(history, tmp_path):
-    """The control: with the finder installed, the worktree first on PYTHONPATH is not enough."""
+    """The control: with the finder installed, the worktree first on PYTHONPATH is not enough. It
+    imports the user's checkout, so it must write no bytecode there: the bisect tests that share the
+    repository check that bisect leaves none."""
     repo, _, _, site = history
     other = tmp_path / "other"
     (other / "mykernel").mkdir(parents=True)
     (other / "mykernel" / "__init__.py").write_text("")
-    got = subprocess.run([sys.executable, "-c", "import mykernel; print(mykernel.__file__)"], check=True,
+    got = subprocess.run([sys.executable, "-B", "-c", "import mykernel; print(mykernel.__file__)"], check=True,
                          capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": f"{other}{os.pathsep}{site}"}).stdout.strip()
     assert got == str(repo / "src" / "mykernel" / "__init__.py")
+    assert bytecode(repo) == []
 
 
 def test_finds_the_regression_by_entry_point_and_leaves_repo_alone(history, capsys, monkeypatch):
@@ -191,6 +207,7 @@ def test_a_judge_that_exits_is_no_verdict(tmp_path):
     code = run_step(repo, "q=quitter:make", "quick", "cpu", tmp_path / "results", log=lines.append)
     assert code == SKIP
     assert "ended without a verdict during start-up" in lines[0] and "status 0" in lines[0]
+    assert bytecode(repo) == []                            # the judge imported quitter.py, writing none
 
 
 def test_not_a_repo(tmp_path, capsys):

@@ -191,7 +191,7 @@ def test_a_failing_gpu_timing_changes_no_verdict(monkeypatch):
         raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
     monkeypatch.setattr(call, "copy_bandwidth", oom)
     monkeypatch.setattr(gputime, "profiler_seconds", lambda prepare, run, least: 1e-4)
-    speed = call._gpu_speed(m, m.weight, base, first, 3, True, 2e-3, "cuda")
+    speed = call._gpu_speed(m, m.weight, base, base.x.dtype, first, 3, True, 2e-3, "cuda")
     assert speed.impl_seconds == 2e-3 and math.isnan(speed.gpu_seconds) and speed.gpu_method == ""
 
 

@@ -1,14 +1,18 @@
 """Speed beside accuracy and determinism (results.csv columns): the median warm forward + backward
 time, the bitwise comparison of later calls (a difference fails unless --allow-nondeterministic),
---repeats 0 — on the CPU, where the bandwidth floor is omitted."""
+--repeats 0 — on the CPU, where the bandwidth floor is omitted — and the floor's bytes, each tensor
+counted in the dtype it has (y in the activation dtype, which may be the weight's)."""
 from __future__ import annotations
 
 import textwrap
 
 import pandas as pd
 import pytest
+import torch
 
 from harness.cli import main
+from harness.pipeline import call, gputime
+from tests.conftest import make_case, make_inputs, needs_cuda
 
 SUITE = """
 [[group]]
@@ -94,3 +98,59 @@ def test_non_repeatable_outputs_fail_unless_allowed(env, capsys):
     assert main(["run", "--impl", spec, "--cases", "s.toml", "--device", "cpu", "--out", "c", "--no-report",
                  "--allow-nondeterministic", "--require-repeatable"]) == 2
     assert "contradict" in capsys.readouterr().err
+
+
+def test_bytes_moved_counts_each_tensor_in_its_own_dtype():
+    """Hand-counted, 3x8 (24 elements, hidden 8): bf16 x, gate and dy, a float32 weight. Per element
+    x, gate, dy in (2 + 2 + 2 bytes), y (4 with a float32 activation, as act_follows="weight" gives
+    HF Mamba2-style; 2 as x), dx, dgate out (2 + 2); per weight element 4 in and dweight's 4 out.
+    The forward alone: x, gate, weight in, y out."""
+    inp = make_inputs((3, 8), weight_dtype=torch.float32)
+    assert call.bytes_moved(inp, torch.float32) == 24 * (2 + 2 + 2 + 4 + 2 + 2) + 8 * (4 + 4) == 400
+    assert call.bytes_moved(inp, torch.float32, backward=False) == 24 * (2 + 2 + 4) + 8 * 4 == 224
+    assert call.bytes_moved(inp, torch.bfloat16) == 24 * (2 + 2 + 2 + 2 + 2 + 2) + 8 * (4 + 4) == 352
+    assert call.bytes_moved(inp, torch.bfloat16, backward=False) == 24 * (2 + 2 + 2) + 8 * 4 == 176
+
+
+def test_the_floor_counts_y_in_the_activation_dtype(monkeypatch):
+    """_gpu_speed's bytes and floor for a float32 activation, GPU time and bandwidth stood in for:
+    4x32 bf16 x and gate, float32 weight, and dy (the activation dtype, generate's): 128 elements
+    of 2 + 2 + 4 in and 4 + 2 + 2 out, 32 weight elements of 4 in and 4 out."""
+    from harness.cases.generate import generate
+    from harness.impls.torch_ref import chain
+    base = generate(make_case(weight_dtype="fp32"), act_follows="weight")
+    m = chain(32, eps=base.eps, zero_centered_gamma=False, dtype=base.weight.dtype, device="cpu")
+    monkeypatch.setattr(gputime, "gpu_time", lambda *a, **k: (1e-6, "graph"))
+    monkeypatch.setattr(call, "copy_bandwidth", lambda device: 4e12)
+    speed = call._gpu_speed(m, m.weight, base, torch.float32, {}, 3, True, 2e-3, "cuda")
+    assert speed.bytes_moved == 128 * 16 + 32 * 8 == 2304
+    assert speed.floor_fraction == pytest.approx(2304 / 4e12 / 1e-6)
+
+
+class _InWeightDtype(torch.nn.Module):
+    """A module whose y follows the weight's dtype (HF Mamba2's `weight * xhat` promotes): x's
+    chain, then y cast to the weight's dtype."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.weight = inner, inner.weight
+
+    def forward(self, x, gate):
+        return self.inner(x, gate).to(self.weight.dtype)
+
+
+@needs_cuda
+def test_on_cuda_the_floor_counts_y_in_the_weight_dtype():
+    """A pair run on CUDA by an implementation whose y follows the weight (float32 beside bf16 x):
+    its bytes_moved counts y (and dy) at 4 bytes, as the hand count above."""
+    from harness.impls.base import from_factory
+    from harness.impls.torch_ref import chain
+    from harness.pipeline.settings import Settings
+
+    def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+        inner = chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
+        return _InWeightDtype(inner)
+    impl = from_factory("fp32-y", make, "test", act_follows="weight")
+    rec = call.run_calls(make_case(weight_dtype="fp32"), impl, Settings("cuda"))
+    assert rec.status == "ran" and rec.speed is not None and rec.speed.gpu_method, rec.text
+    assert rec.speed.bytes_moved == 128 * 16 + 32 * 8

@@ -230,15 +230,15 @@ def inference_calls(module, weight, base: Inputs, act_dtype, device: str) -> tup
     return {INFERENCE_OUTPUT: got}, {}, repeats
 
 
-def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats: int,
+def later_calls(module, weight, base: Inputs, act_dtype, first: dict, device: str, repeats: int,
                 backward: bool = True, name: str = "") -> tuple[dict, Speed | None]:
     """A second call (compared with the first), then on a GPU WARMUP_SECONDS of untimed ones, then
     `repeats` timed calls — each on fresh copies, prepared before the clock starts — of which the
     last is compared too; forward and backward, or the forward alone where `backward` is False.
     Their median wall time (host-inclusive: Python, launches, the final sync) and, on a GPU, the
     call's GPU time (harness.pipeline.gputime), measured after everything compared. (per-output
-    Repeat, Speed or None). `name`: the implementation's, under which gputime remembers a call
-    that cannot be captured."""
+    Repeat, Speed or None). `act_dtype`: y's (the bytes moved count it); `name`: the
+    implementation's, under which gputime remembers a call that cannot be captured."""
     call = _Call(module, weight, base, grad=backward)
     y = call.run()
     _sync(device)
@@ -263,11 +263,11 @@ def later_calls(module, weight, base: Inputs, first: dict, device: str, repeats:
     wall = times[len(times) // 2]
     if not cuda:
         return got, Speed(wall)
-    return got, _gpu_speed(module, weight, base, first, repeats, backward, wall, device, name)
+    return got, _gpu_speed(module, weight, base, act_dtype, first, repeats, backward, wall, device, name)
 
 
-def _gpu_speed(module, weight, base: Inputs, first: dict, repeats: int, backward: bool, wall: float,
-               device: str, name: str = "") -> Speed:
+def _gpu_speed(module, weight, base: Inputs, act_dtype, first: dict, repeats: int, backward: bool,
+               wall: float, device: str, name: str = "") -> Speed:
     """The call's GPU time beside its wall time. Everything compared is already compared: whatever
     goes wrong here (the capture, the profiler, the bandwidth probe's memory) leaves the GPU
     columns empty and never touches a verdict."""
@@ -279,7 +279,7 @@ def _gpu_speed(module, weight, base: Inputs, first: dict, repeats: int, backward
         seconds, method = gpu_time(lambda: _Call(module, weight, base, grad=backward), run, first,
                                    lambda a, b: not any(r.count for r in differing(a, b).values()), repeats,
                                    key=name)
-        moved = bytes_moved(base, backward)
+        moved = bytes_moved(base, act_dtype, backward)
         floor = moved / copy_bandwidth(device) / seconds if seconds > 0 else math.nan   # NaN: no GPU time
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
@@ -352,8 +352,8 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
         got, bad, infer_repeats = inference_calls(module, weight, base, act.dtype, s.device)
         rec.outputs, rec.problems = {**outputs, **got}, {**problems, **bad}
         try:
-            rec.repeats, rec.speed = later_calls(module, weight, base, outputs, s.device, s.timed_calls,
-                                                 impl.backward, impl.name)
+            rec.repeats, rec.speed = later_calls(module, weight, base, act.dtype, outputs, s.device,
+                                                 s.timed_calls, impl.backward, impl.name)
         except BaseException as e:                # a later call that fails: not repeatable
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -367,15 +367,15 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
     return rec
 
 
-def bytes_moved(inp: Inputs, backward: bool = True) -> int:
-    """What a fused forward + backward must read and write at least: x, gate, dy in, y, dx, dgate out
-    (each in its dtype; y and dx as x), and the weight in and dweight out; a forward alone: x, gate
-    and the weight in, y out."""
-    n = inp.x.numel()
-    if not backward:
-        return n * (2 * inp.x.element_size() + inp.gate.element_size()) + inp.hidden * inp.weight.element_size()
-    row = 3 * inp.x.element_size() + 2 * inp.gate.element_size() + inp.dy.element_size()
-    return n * row + 2 * inp.hidden * inp.weight.element_size()
+def bytes_moved(inp: Inputs, act_dtype: torch.dtype, backward: bool = True) -> int:
+    """What a fused forward + backward must read and write at least: x, gate, the weight and dy in,
+    y, dx, dgate and dweight out, each once and in its own dtype (`expected`'s: y in the activation
+    dtype `act_dtype`, which is the weight's for act_follows="weight", and each gradient in its
+    input's); a forward alone: x, gate and the weight in, y out."""
+    want = expected(inp, act_dtype)
+    read, written = (INPUTS, OUTPUTS) if backward else (("x", "gate", "weight"), ("y",))
+    return (sum(getattr(inp, k).numel() * getattr(inp, k).element_size() for k in read)
+            + sum(math.prod(want[k][0]) * want[k][1].itemsize for k in written))
 
 
 _BANDWIDTH: dict = {}
