@@ -236,3 +236,31 @@ def test_on_cuda_graph_for_torch_and_profiler_for_a_host_sync():
     seconds, method = gputime.gpu_time(prepare, synced, first, same, least=5)
     assert method == "profiler" and 0 < seconds < 0.01 and not torch.cuda.is_current_stream_capturing()
 
+
+
+def test_a_call_keeps_no_graph_alive():
+    """_Call.run's y is detached: a y holding its graph keeps the weight's AccumulateGrad node, bound
+    to the stream the call ran on, alive into the GPU-time capture on a side stream, which then
+    syncs and fails (on the H200 every capture failed so until this held)."""
+    from harness.cases.generate import generate
+    from harness.impls.torch_ref import chain
+    from harness.pipeline.call import _Call
+    from tests.conftest import make_case
+    base = generate(make_case(shape=(4, 32)))
+    m = chain(32, eps=base.eps, zero_centered_gamma=False, dtype=base.weight.dtype, device="cpu")
+    c = _Call(m, m.weight, base)
+    y = c.run()
+    assert y.grad_fn is None and not y.requires_grad
+    assert c.x.grad is not None and m.weight.grad is not None          # the backward ran
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_a_pairs_calls_are_timed_by_graph_replay():
+    """Through run_calls, as a sweep times a pair: the capture follows the timed calls and is
+    trusted (it failed on every pair while a timed call's y kept its graph alive)."""
+    from harness.impls.registry import resolve
+    from harness.pipeline.call import run_calls
+    from harness.pipeline.settings import Settings
+    from tests.conftest import make_case
+    rec = run_calls(make_case(shape=(64, 256)), resolve("torch"), Settings("cuda", repeats=5))
+    assert rec.status == "ran" and rec.speed.gpu_method == "graph" and 0 < rec.speed.gpu_seconds < 0.01
