@@ -18,6 +18,7 @@ interrupted or killed sweep."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import signal
 import socket
@@ -89,7 +90,8 @@ _SPARE: list[tuple[dict, "Process"]] = []
 # os.environ as it was when the command started its first workers (prespawn), until drop_spares:
 # every worker of the command is built from it, so that a worker the sweep asks for has the
 # environment of the spare started for it, whatever a library the command imported since wrote
-# into os.environ (which no worker should inherit either).
+# into os.environ (which no worker should inherit either). On the H200 machine no spare was ever
+# taken before (docs/performance.md section 8).
 _BASE_ENV: dict | None = None
 
 
@@ -103,7 +105,9 @@ class Process:
     leader, and the implementation's process's parent), the two sockets, and the thread that
     drains their output onto our stderr."""
 
-    def __init__(self, env: dict, warm: tuple[str, ...] = ()):
+    def __init__(self, env: dict, warm: tuple[str, ...] = (), path: list[str] | None = None):
+        """`warm`, `path`: a spare's (harness.pipeline.serve's flags; `path`, the import path it
+        lists its built-ins on, None where it lists none)."""
         impl, impl_child = socket.socketpair()
         judge, judge_child = socket.socketpair()
         env = dict(env)
@@ -112,18 +116,24 @@ class Process:
         # checkout's) is never the worker's harness; the command sends its own path, plug-ins included
         self.proc = subprocess.Popen(
             [sys.executable, "-P", "-m", "harness.pipeline.serve", str(impl_child.fileno()),
-             str(judge_child.fileno()), str(os.getpid()), *warm],
+             str(judge_child.fileno()), str(os.getpid()), *warm, *(["path=" + json.dumps(path)] if path else [])],
             pass_fds=(impl_child.fileno(), judge_child.fileno()), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         impl_child.close()
         judge_child.close()
         self.impl, self.judge = Connection(impl.detach()), Connection(judge.detach())
         self.impl_pid: int | None = None
+        self.path = path
         threading.Thread(target=_drain, args=(self.proc.stdout,), name="worker-output", daemon=True).start()
 
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def waiting(self) -> bool:
+        """A spare that can still be given settings: both processes alive (its implementation's process
+        says nothing before its settings, so a readable socket is one that ended or failed)."""
+        return self.proc.poll() is None and not self.impl.poll(0)
 
     def impl_ended(self) -> int | None:
         """How the implementation's process ended (Popen.returncode's convention), from the judge,
@@ -219,19 +229,21 @@ def end_orphans_at_exit() -> None:
     atexit.register(kill_tree, os.getpid(), False)
 
 
-def prespawn(envs: list[dict], preload: tuple[str, ...] = (), cuda: bool = False) -> None:
+def prespawn(envs: list[dict], preload: tuple[str, ...] = (), cuda: bool = False,
+             path: list[str] | None = None) -> None:
     """Start a worker per environment now, from the main thread (a worker dies with the thread that
     started it), for Worker.start to take; drop_spares() ends those no sweep took. While this
     process still imports and plans (harness.pipeline.serve): their implementation processes list
-    the built-in implementations named in `preload` (what they wrap is imported) and, with `cuda`
-    (a sweep that may run on CUDA), create their CUDA contexts. The environment they start from is
-    kept (base_env)."""
+    the built-in implementations named in `preload` on the import path `path` (the one the sweep
+    will send: Worker.start takes such a spare only for that path) and, with `cuda` (a sweep that
+    may run on CUDA), create their CUDA contexts. The environment they start from is kept
+    (base_env): build `envs` after the first call of a command, or from os.environ before it."""
     global _BASE_ENV
-    if _BASE_ENV is None or not _SPARE:
+    if _BASE_ENV is None:
         _BASE_ENV = dict(os.environ)
+    warm = ((f"preload={','.join(preload)}",) if preload else ()) + (("cuda",) if cuda else ())
     for env in envs:
-        warm = ((f"preload={','.join(preload)}",) if preload else ()) + (("cuda",) if cuda else ())
-        _SPARE.append((env, Process(env, warm)))
+        _SPARE.append((env, Process(env, warm, list(path if path is not None else sys.path) if preload else None)))
 
 
 def drop_spares() -> None:

@@ -255,9 +255,10 @@ def test_a_call_keeps_no_graph_alive():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_on_cuda_a_pairs_calls_are_timed_by_graph_replay():
+def test_on_cuda_a_pairs_calls_are_timed_by_graph_replay(monkeypatch):
     """Through run_calls, as a sweep times a pair: the capture follows the timed calls and is
     trusted (it failed on every pair while a timed call's y kept its graph alive)."""
+    monkeypatch.setattr(gputime, "NO_GRAPH", set())         # another test's torch capture is not this one's
     from harness.impls.registry import resolve
     from harness.pipeline.call import run_calls
     from harness.pipeline.settings import Settings

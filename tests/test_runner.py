@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -298,9 +299,9 @@ def test_a_spare_is_taken_though_the_command_changed_its_environment_since(monke
     sweep's workers are built from the environment the spares started with, so they are taken."""
     from harness import worker as W
     from harness.pipeline.remote import Worker
-    W.prespawn([W.sweep_envs(1, None)[0]], preload=("torch",))
-    pids = [p.pid for _, p in W._SPARE]
     try:
+        W.prespawn([W.sweep_envs(1, None)[0]], preload=("torch",))
+        pids = [p.pid for _, p in W._SPARE]
         monkeypatch.setenv("HARNESS_TEST_WRITTEN_BY_A_LIBRARY", "1")
         env = W.sweep_envs(1, None)[0]
         assert "HARNESS_TEST_WRITTEN_BY_A_LIBRARY" not in env
@@ -310,3 +311,27 @@ def test_a_spare_is_taken_though_the_command_changed_its_environment_since(monke
     finally:
         W.drop_spares()
     assert "HARNESS_TEST_WRITTEN_BY_A_LIBRARY" in W.sweep_envs(1, None)[0]     # the command's own again
+
+
+def test_a_spare_is_not_taken_for_another_path_nor_once_its_implementation_process_died():
+    """A spare lists its built-ins on the path the command said it would send: for another path a
+    fresh worker starts (its imports would come from elsewhere); a spare whose implementation
+    process died before its settings is passed over, not started and failed."""
+    from harness import worker as W
+    from harness.pipeline.remote import Worker
+    env = W.sweep_envs(1, None)[0]
+    try:
+        W.prespawn([env], preload=("torch",), path=["/no/such/folder"] + sys.path)
+        W.prespawn([env])
+        other_path, plain = (p for _, p in W._SPARE)
+        deadline = time.monotonic() + 120
+        while not W.descendants(plain.pid) and time.monotonic() < deadline:    # forked once imported
+            time.sleep(0.05)
+        for child in W.descendants(plain.pid):      # the implementation's process, killed while it waits
+            os.kill(child, 9)
+        assert plain.impl.poll(60) and not plain.waiting()
+        w = Worker(Settings("cpu"), env)
+        assert w.start() is None and w.pid not in (other_path.pid, plain.pid)
+        w.stop()
+    finally:
+        W.drop_spares()

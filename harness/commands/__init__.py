@@ -59,14 +59,19 @@ def _prespawn(args) -> None:
         gpus = tuple(int(g) for g in args.gpus.split(",")) if args.gpus else ()
     except ValueError:
         return                                   # the command says why, in one line
+    import sys
     from harness.worker import cores, prespawn, sweep_envs
+    path = list(sys.path)
+    # the path the sweep will send: a plug-in's loading puts the current directory on it
+    # (harness.impls.registry.load_plugin)
+    if any("=" in s for s in args.impl) and os.getcwd() not in path and "" not in path:
+        path.insert(0, os.getcwd())
     prespawn(sweep_envs(args.jobs, args.threads, gpus)[:max(cores(), len(gpus))],
-             preload=_builtin_names(args.impl), cuda=args.device != "cpu")
+             preload=builtin_names(args.impl), cuda=args.device != "cpu", path=path)
 
 
-def _builtin_names(specs) -> tuple[str, ...]:
+def builtin_names(specs: list[str]) -> tuple[str, ...]:
     """The --impl values that can name a built-in (NAME or NAME@CLASS), without their class."""
-    specs = [specs] if isinstance(specs, str) else specs
     return tuple(dict.fromkeys(s.rpartition("@")[0] or s for s in specs if "=" not in s and "," not in s))
 
 

@@ -137,7 +137,7 @@ def emulation(math: FastMath, cls=FastMathGatedRMSNorm):
     return make
 
 
-# The names implementations() lists (the registry imports only the module that has the one asked for).
+# The names implementations() lists (resolving a name lists only the module that has it).
 NAMES = ("torch-fastmath", "torch-fastmath-ftz")
 
 

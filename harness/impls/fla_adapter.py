@@ -92,7 +92,7 @@ def _import_first(*modules: str, names: tuple[str, ...]):
     return None, f"fla not importable ({type(err).__name__}: {err})"
 
 
-# The names implementations() lists (the registry imports only the module that has the one asked for).
+# The names implementations() lists (resolving a name lists only the module that has it).
 NAMES = ("fla", "fla-gated")
 
 

@@ -212,7 +212,7 @@ def implementation(c: HfClass) -> Implementation:
                         notes=c.notes, findings=c.findings)
 
 
-# The names implementations() lists (the registry imports only the module that has the one asked for).
+# The names implementations() lists (resolving a name lists only the module that has it).
 NAMES = tuple(c.name for c in CLASSES)
 
 

@@ -72,7 +72,7 @@ def adapter(path: Path) -> Implementation:
                         notes="mamba_ssm RMSNorm (Triton; groups, both orders; loaded from its file)")
 
 
-# The names implementations() lists (the registry imports only the module that has the one asked for).
+# The names implementations() lists (resolving a name lists only the module that has it).
 NAMES = ("mamba",)
 
 

@@ -1,5 +1,7 @@
 """Where implementations come from: the built-ins (every module of this folder with an
-`implementations()` function — a new built-in or adapter is one new file), `NAME=MODULE:ATTR`
+`implementations()` function and the tuple `NAMES` of the names it lists — a new built-in or
+adapter is one new file; resolving a name lists only the module that names it, so what the other
+adapters wrap is not imported), `NAME=MODULE:ATTR`
 plug-ins, and installed packages' entry points in the group `harness.impls`. Any of them may end in
 `@CLASS` (accurate, fast, accurate+ftz, fast+ftz): the implementation judged at that math class
 instead of its declared one."""
@@ -51,17 +53,9 @@ def builtin(name: str) -> Implementation | None:
     """The built-in implementation `name`, listing only the module whose NAMES has it (resolving
     `torch` does not import fla); None where no built-in has that name."""
     for m in _modules():
-        if name in getattr(m, "NAMES", (name,)):           # a module without NAMES is listed to find out
-            found = _listed(m).get(name)
-            if found is not None:
-                return found
+        if name in m.NAMES:
+            return _listed(m).get(name)
     return None
-
-
-def forget_builtins() -> None:
-    """Drop the lists, so that they are made again (on another import path); the modules stay
-    imported."""
-    _LISTED.clear()
 
 
 def check_name(name: str) -> str:

@@ -198,7 +198,7 @@ def _name(activation: str) -> str:
     return "swish" if activation == "silu" else activation          # the kernels' own names
 
 
-# The names implementations() lists (the registry imports only the module that has the one asked for).
+# The names implementations() lists (resolving a name lists only the module that has it).
 NAMES = tuple(k.name for k in KERNELS)
 
 

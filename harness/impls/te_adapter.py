@@ -23,7 +23,7 @@ class TeGatedRMSNorm(nn.Module):
         return self.seq(x, gate)
 
 
-# The names implementations() lists (the registry imports only the module that has the one asked for).
+# The names implementations() lists (resolving a name lists only the module that has it).
 NAMES = ("te",)
 
 

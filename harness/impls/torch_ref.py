@@ -109,7 +109,7 @@ def _compiled(emulate: bool):
     return make
 
 
-# The names implementations() lists (the registry imports only the module that has the one asked for).
+# The names implementations() lists (resolving a name lists only the module that has it).
 NAMES = ("torch", "torch-fused", "torch-xhat", "torch-compile", "torch-compile-emulate")
 
 

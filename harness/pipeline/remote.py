@@ -46,11 +46,21 @@ class Worker:
         return self.p.pid if self.p is not None else None
 
     def start(self) -> str | None:
-        """Start a worker (or take a spare one started with the same environment) and wait until
-        both its processes are ready; None, or why it could not start."""
+        """Start a worker — or take a spare started with the same environment that listed its
+        built-ins (if any) on this import path, and is still waiting — and wait until both its
+        processes are ready; None, or why it could not start. A spare that fails to start (its
+        implementation's process died or hung while it imported) is replaced by a fresh worker."""
         env = base_env() if self.env is None else dict(self.env)
-        spare = next((k for k, (e, p) in enumerate(_SPARE) if e == env and p.proc.poll() is None), None)
-        self.p = _SPARE.pop(spare)[1] if spare is not None else Process(env)
+        path = list(sys.path)
+        spare = next((k for k, (e, p) in enumerate(_SPARE)
+                      if e == env and (p.path is None or p.path == path) and p.waiting()), None)
+        why = self._start(_SPARE.pop(spare)[1] if spare is not None else Process(env))
+        if why is not None and spare is not None:
+            why = self._start(Process(env))
+        return why
+
+    def _start(self, p: Process) -> str | None:
+        self.p = p
         if self.on_start is not None:
             self.on_start(self.p.pid)
         try:

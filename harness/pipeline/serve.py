@@ -17,6 +17,7 @@ command forwards to the judge unread, behind a ("record",) message. The judge an
 with its PairResult."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -70,9 +71,8 @@ def warm_cuda() -> None:
 
 def preload(names: list[str]) -> None:
     """List the built-in implementations `names` now (a spare of a sweep, before its settings
-    arrive): that imports what they wrap (fla and Triton: seconds), which the first pair would
-    otherwise wait for. They are listed again once the command's import path is in place, so that
-    what that path finds is what the pairs get."""
+    arrive, on the import path the command will send): that imports what they wrap (fla and
+    Triton: seconds), which the first pair would otherwise wait for."""
     from harness.impls.registry import builtin
     for name in names:
         try:
@@ -82,24 +82,25 @@ def preload(names: list[str]) -> None:
 
 
 def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
-    from harness.impls.registry import forget_builtins, resolve
+    from harness.impls.registry import resolve
     from harness.pipeline.call import CallRecord, run_calls
     from harness.pipeline.wire import encode
-    if "cuda" in warm:
+    prctl(36, 1)                              # 36: PR_SET_CHILD_SUBREAPER: before any library's import
+    flags = dict(f.split("=", 1) if "=" in f else (f, "") for f in warm)
+    if "path" in flags:                       # the path the command will send (Worker.start checks)
+        sys.path[:] = list(dict.fromkeys(json.loads(flags["path"]) + sys.path))
+    if "cuda" in flags:
         warm_cuda()
-    for flag in warm:
-        if flag.startswith("preload="):
-            preload(flag.split("=", 1)[1].split(","))
+    if flags.get("preload"):
+        preload(flags["preload"].split(","))
     try:
         _, settings, path, pinned = conn.recv()
     except EOFError:
         return 0
     sys.path[:] = list(dict.fromkeys(list(path) + sys.path))
-    forget_builtins()                          # listed again on this path (preload's modules stay imported)
     if pinned is not None:                     # harness bisect: a commit's package, from its roots only
         from harness.pinned import pin_imports
         pin_imports(*pinned)
-    prctl(36, 1)                              # 36: PR_SET_CHILD_SUBREAPER
     conn.send_bytes(READY)
     impls: dict = {}
     while True:
@@ -126,17 +127,12 @@ def judge_loop(conn: Connection, child: int) -> int:
     implementation's process ended: its exit status back (as Popen.returncode), and this loop ends."""
     from harness.pipeline.call import CallRecord
     from harness.pipeline.judge import Judge
+    from harness.pipeline.settings import analysis_device
     from harness.pipeline.wire import WireError, decode
     try:
         _, settings = conn.recv()
         judge = Judge(settings)
         judge.check_environment(pool=True)
-        if settings.device.startswith("cuda"):
-            # its CUDA context, while the first pair's inputs are drawn on the CPU: the big cases
-            # come first and are analysed on the GPU. Not before the settings: the implementation
-            # processes' contexts, created meanwhile, would wait behind it (the driver creates a
-            # machine's contexts largely one at a time: 16 at once took ~3 s each on the H200).
-            threading.Thread(target=warm_cuda, name="warm-cuda", daemon=True).start()
     except EOFError:
         return 0
     except BaseException as e:
@@ -144,6 +140,7 @@ def judge_loop(conn: Connection, child: int) -> int:
         return 1
     conn.send(("ready", os.getpid(), child))
     case = impl = None
+    on_gpu = False
     while True:
         try:
             msg = conn.recv()
@@ -158,6 +155,13 @@ def judge_loop(conn: Connection, child: int) -> int:
             return 0
         if msg[0] == "pair":
             _, case, impl = msg
+            if not on_gpu and analysis_device(case, settings.device) != "cpu":
+                # its CUDA context in a thread, while this case's inputs are drawn on the CPU; not
+                # sooner: a judge of small cases needs none, and the driver creates a machine's
+                # contexts largely one at a time (16 at once took ~3 s each on the H200), so the
+                # implementation processes' would wait behind it
+                on_gpu = True
+                threading.Thread(target=warm_cuda, name="warm-cuda", daemon=True).start()
             try:                               # started before the record arrives: overlaps the calls
                 if impl.unsupported(case) is None:     # the declared variants only: it holds no `supports`
                     judge.references(case, impl)
@@ -178,8 +182,8 @@ def main(impl_fd: int, judge_fd: int, parent: int, warm: tuple[str, ...] = ()) -
     """The imports first (a spare worker does them while the command checks its input), then the
     fork, then each side's loop. `warm` (a sweep's spare worker), before they wait for their
     settings: "cuda", the implementation's process creates its CUDA context; "preload=NAME,...",
-    it lists those built-in implementations. (A judge of a CUDA sweep creates its context once its
-    settings arrive.)"""
+    it lists those built-in implementations, on the import path "path=JSON". (A judge creates its
+    context when its first case analysed on the GPU arrives.)"""
     die_with_parent(parent)
     first_to_go()
     impl, judge = Connection(impl_fd), Connection(judge_fd)
