@@ -3,11 +3,12 @@
 A throwaway repository with a src/ layout: package `mykernel`, its factory registered under the
 entry-point group harness.impls (the metadata an install would write — a *.dist-info with
 entry_points.txt — on PYTHONPATH, which is all importlib.metadata needs), a tests/cases.py of its
-own, and the documented test file. History: a correct kernel (the chain), then SiLU computed in bf16. The test file passes on the good commit and fails on the bad one with the
-failure record; `pytest -n 2` agrees. pytest runs in a subprocess with PYTHONPATH=src, as a CI job
-of that repository would; each run once per module. That `harness bisect` (the installed command)
-names the bad commit of such a repository, found by the entry point's name in the installed
-metadata and imported from src/ of each commit: test_bisect.py's
+own, and the documented test file. History: a correct kernel (the chain), then SiLU computed in
+bf16. The test file passes on the good commit and fails on the bad one with the failure record;
+`pytest -n 2` agrees. pytest runs in a subprocess with PYTHONPATH=src, as a CI job of that
+repository would; each run once per module. That `harness bisect` (the installed command) names
+the bad commit of such a repository, found by the entry point's name in the installed metadata and
+imported from src/ of each commit: test_bisect.py's
 test_finds_the_regression_by_entry_point_and_leaves_repo_alone."""
 from __future__ import annotations
 
