@@ -1,5 +1,7 @@
+import itertools
 import os
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,27 @@ def pair_result(case, impl, settings=None, isolate="inline"):
 def pair_rows(case, impl, settings=None, isolate="inline") -> list[dict]:
     from harness.analysis.check import rows
     return rows(pair_result(case, impl, settings, isolate))
+
+
+_module_numbers = itertools.count()
+
+
+def write_module(tmp_path, monkeypatch, body: str) -> str:
+    """A plug-in module of `body` (dedented) under a name no other test uses, importable from
+    tmp_path for the rest of the test; its name."""
+    name = f"plug_{tmp_path.name.replace('-', '_')}_{next(_module_numbers)}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def checked(impl, case):
+    """(the implementation side's record, the pair's rows): the pair's two halves called directly,
+    in this process."""
+    from harness.analysis.check import rows
+    from harness.pipeline.call import run_calls
+    from harness.pipeline.judge import Judge
+    from harness.pipeline.settings import Settings
+    s = Settings("cpu", repeats=0)
+    rec = run_calls(case, impl, s)
+    return rec, rows(Judge(s).judge(case, impl, rec))

@@ -1,10 +1,14 @@
 """`harness bisect` end to end on a throwaway git repository with a src/ layout: good commits, a
-commit that does not import (skipped), a fix, a precision regression (SiLU in bf16), more commits.
+commit that does not import (skipped), a fix, a precision regression (SiLU in bf16), one more bad
+commit (so the first bad commit is not BAD itself). The history is as short as keeps git bisect
+judging the commit that does not import: every judged commit costs a judge and its worker.
 The user's checkout (at the regression) is also what an editable install's finder — put first on
 sys.meta_path, as some build backends do — would import: each step must import its own commit.
 The user's repository must come out exactly as it went in, with no bytecode written into it — run
 as on a user's machine, where Python writes bytecode (this image sets PYTHONDONTWRITEBYTECODE=1,
-which would hide a process that writes some)."""
+which would hide a process that writes some). The main bisection runs the installed command
+(`python -m harness bisect`), as a kernel repository's CI would; the others call harness.cli.main
+in this process."""
 from __future__ import annotations
 
 import os
@@ -84,13 +88,11 @@ def history(tmp_path_factory):
     git(repo, "init", "-q", "-b", "main")
     c = {}
     c["base"] = commit(repo, {NORM: GOOD_IMPL, "src/mykernel/__init__.py": "", "README": "v0\n"}, "base")
-    c["readme1"] = commit(repo, {"README": "v1\n"}, "readme 1")
-    c["comment"] = commit(repo, {NORM: "# tidy\n" + GOOD_IMPL}, "comment")
+    c["comment"] = commit(repo, {NORM: "# tidy\n" + GOOD_IMPL, "README": "v1\n"}, "comment")
     c["broken"] = commit(repo, {NORM: "def make(:\n"}, "wip: does not import")
     c["fixed"] = commit(repo, {NORM: GOOD_IMPL}, "fix import")
     c["regress"] = commit(repo, {NORM: BAD_IMPL}, "faster SiLU")
-    c["readme2"] = commit(repo, {"README": "v2\n"}, "readme 2")
-    c["head"] = commit(repo, {NORM: "# faster\n" + BAD_IMPL}, "comment 2")
+    c["head"] = commit(repo, {NORM: "# faster\n" + BAD_IMPL, "README": "v2\n"}, "comment 2")
     # An uncommitted edit the user has in flight: bisect must leave it alone.
     (repo / "README").write_text("local edit\n")
     suite = root / "suite.toml"
@@ -145,15 +147,17 @@ def test_the_editable_finder_would_shadow(history, tmp_path):
     assert bytecode(repo) == []
 
 
-def test_finds_the_regression_by_entry_point_and_leaves_repo_alone(history, capsys, monkeypatch):
+def test_finds_the_regression_by_entry_point_and_leaves_repo_alone(history):
     repo, c, suite, site = history
-    monkeypatch.syspath_prepend(str(site))                 # the entry point's metadata, for the parent
-    monkeypatch.setenv("PYTHONPATH", str(site))            # the editable finder, in every step
     before = snapshot(repo)
-    rc = main(["bisect", str(repo), c["base"], "main", "--impl", "mykernel", "--cases", str(suite),
-               "--device", "cpu"])
-    cap = capsys.readouterr()
-    out, err = cap.out, cap.err
+    # the installed command; PYTHONPATH: the entry point's metadata for the parent, the editable
+    # finder in every step. -B: this process's own imports from `site` (the stand-in for
+    # site-packages, whose bytecode pip writes at install) are not bisect's doing; every process
+    # bisect starts must write none
+    p = subprocess.run([sys.executable, "-B", "-m", "harness", "bisect", str(repo), c["base"], "main", "--impl", "mykernel",
+                        "--cases", str(suite), "--device", "cpu"], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(site)})
+    rc, out, err = p.returncode, p.stdout, p.stderr
     assert rc == 0, out + err
     assert out.startswith(f"first bad commit: {c['regress']}\n"), out
     assert "faster SiLU" in out

@@ -103,12 +103,13 @@ def test_replay_case_json_that_is_no_case_exits_2(capsys, text, needle):
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """One real run of two cases: its results rows (as text, to be edited) and suite file."""
+    """One real run of two cases (inline: only its rows are wanted): its results rows (as text, to be
+    edited) and suite file."""
     d = tmp_path_factory.mktemp("sweep")
     (d / "two.toml").write_text(TWO)
     from harness.cli import main
     assert main(["run", "--impl", "torch", "--cases", str(d / "two.toml"), "--device", "cpu", "--out",
-                 str(d / "o"), "--no-report", "--repeats", "0"]) == 0
+                 str(d / "o"), "--no-report", "--repeats", "0", "--isolate", "inline"]) == 0
     return pd.read_csv(d / "o" / "results.csv", dtype=str, keep_default_na=False), d / "two.toml"
 
 

@@ -75,9 +75,10 @@ def plugin(tmp_path, monkeypatch, act: str, extra: str = "") -> str:
 
 
 def sweep(capsys, tmp_path, spec: str, *more) -> tuple[int, pd.DataFrame, str]:
+    """`harness run` inline (both pipelines: test_forward_only_through_both_pipelines)."""
     (tmp_path / "s.toml").write_text(SUITE)
     code = main(["run", "--impl", spec, "--cases", str(tmp_path / "s.toml"), "--device", "cpu",
-                 "--out", str(tmp_path / "out"), "--no-report", *more])
+                 "--out", str(tmp_path / "out"), "--no-report", "--isolate", "inline", *more])
     err = capsys.readouterr().err
     return code, pd.read_csv(tmp_path / "out" / "results.csv", dtype=str), err
 

@@ -1,5 +1,7 @@
 """`harness identify` (SPEC §4): the model and math class each built-in realises, found on its own;
-the one-line verdict and exit codes; an implementation that fits no single model named as such."""
+the one-line verdict and exit codes; an implementation that fits no single model named as such.
+What is under test is the command, not the worker: its runs use --isolate inline, except the one
+that also writes the report (the default isolation, workers and all)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -20,6 +22,7 @@ shape = [[8, 32]]
 group_size = [8]
 norm_before_gate = [true, false]
 """
+INLINE = ["--isolate", "inline"]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +37,7 @@ def suite(tmp_path_factory):
 def test_identify_finds_the_model_of_each_builtin(impl, model, suite, tmp_path, capsys):
     """Whatever it declares (the mutant declares fused), the model it computes is the one named."""
     assert main(["identify", "--impl", impl, "--cases", suite, "--device", "cpu", "--out", str(tmp_path),
-                 "--no-report"]) == 0
+                 "--no-report", *INLINE]) == 0
     out = capsys.readouterr().out
     name = impl.split("=")[0]
     assert out.strip().splitlines()[-1] == f"{name} realises {model}, accurate math"
@@ -44,7 +47,7 @@ def test_identify_finds_the_model_of_each_builtin(impl, model, suite, tmp_path, 
 
 def test_an_implementation_fitting_no_model(suite, tmp_path, capsys):
     assert main(["identify", "--impl", "bug=harness.mutants:silu_in_bf16", "--cases", suite, "--device", "cpu",
-                 "--out", str(tmp_path), "--no-report"]) == 1
+                 "--out", str(tmp_path), "--no-report", *INLINE]) == 1
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("bug realises no single declared model: ") and "bf16 y" in last
 
@@ -97,7 +100,7 @@ def test_identify_names_the_fast_class_of_the_fast_math_emulation(tmp_path, caps
     f.write_text('[[group]]\ndtype = ["fp32", "bf16"]\ngate_dtype = ["fp32"]\nshape = [[8, 64]]\n'
                  'gate_dist = ["saturating"]\n')
     assert main(["identify", "--impl", "torch-fastmath@accurate", "--cases", str(f), "--device", "cpu",
-                 "--out", str(tmp_path / "o"), "--no-report"]) == 0
+                 "--out", str(tmp_path / "o"), "--no-report", *INLINE]) == 0
     out = capsys.readouterr().out
     assert out.strip().splitlines()[-1] == "torch-fastmath realises fused, fast math"
     assert "fp32  dgate    within budget of: fused (fast)" in out and "bf16  y        within budget of: fused (accurate)" in out

@@ -102,7 +102,8 @@ def test_cli_run_junit(tmp_path):
     suite.write_text(SUITE)
     xml = tmp_path / "junit.xml"
     code = main(["run", "--impl", "torch", "--impl", "bug=harness.mutants:silu_in_bf16", "--cases", str(suite),
-                 "--device", "cpu", "--out", str(tmp_path / "out"), "--no-report", "--junit", str(xml)])
+                 "--device", "cpu", "--out", str(tmp_path / "out"), "--no-report", "--junit", str(xml),
+                 "--isolate", "inline"])
     assert code == 1
     df = pd.read_csv(tmp_path / "out" / "results.csv")
     root = ET.parse(xml).getroot()

@@ -357,7 +357,7 @@ def test_a_changed_implementation_reruns_on_resume(tmp_path, monkeypatch, capsys
     kern.write_text("from harness.impls.torch_ref import chain as make\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     argv = ["run", "--impl", "k=kern:make", "--cases", str(tmp_path / "s.toml"), "--device", "cpu",
-            "--out", str(tmp_path / "o"), "--no-report"]
+            "--out", str(tmp_path / "o"), "--no-report", "--isolate", "inline"]   # resume's keys, not the worker
     assert main(argv) == 0
     first = read_results(tmp_path / "o" / "results.csv")
     capsys.readouterr()

@@ -1,7 +1,9 @@
 """One pipeline drives every pair: the sweep, the pytest plugin, hypothesis exploration, bisect's
 judge and replay give the same result for the same pair — every column that neither measures time
 nor names the command that produced it. The pair is a real failure (SiLU in bf16), so the typed
-findings (fail_kind, their words, the worst element) are compared, not just `pass`."""
+findings (fail_kind, their words, the worst element) are compared, not just `pass`. The sweep,
+exploration and the judge run the pair in a worker; replay and the plugin inline (one worker start
+less each), so the comparison also covers both isolations."""
 from __future__ import annotations
 
 import os
@@ -56,14 +58,14 @@ def test_every_path_gives_the_same_result(tmp_path, monkeypatch):
     assert judged.returncode == 1, judged.stdout + judged.stderr              # BAD: the commit fails
     got["bisect"] = read_results(tmp_path / "judge" / "results.csv")
 
-    write_replay_results(replay(case.case_id, SPEC, str(suite), "cpu", top=1), tmp_path / "replay")
+    write_replay_results(replay(case.case_id, SPEC, str(suite), "cpu", top=1, isolate="inline"), tmp_path / "replay")
     got["replay"] = read_results(tmp_path / "replay" / "results.csv")
 
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "test_it.py").write_text(
         f"import harness.pytest_plugin as hp\ntest_k = hp.suite({SPEC!r}, cases={str(suite)!r})\n")
     subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                    f"--harness-out={tmp_path / 'plugin'}", "--harness-device=cpu"],
+                    f"--harness-out={tmp_path / 'plugin'}", "--harness-device=cpu", "--harness-isolate=inline"],
                    cwd=tmp_path / "proj", env=env, capture_output=True)
     got["plugin"] = read_results(tmp_path / "plugin" / "results.csv")
 

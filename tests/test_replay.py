@@ -1,5 +1,8 @@
 """`harness replay` (harness/replay.py): a recorded failing case reruns bit for bit, from a suite or
-rebuilt from results.csv; unknown ids and tampered rows are usage errors (exit 2)."""
+rebuilt from results.csv; unknown ids and tampered rows are usage errors (exit 2). The sweep and
+the replay from its suite run in workers, as by default; the other replays run inline (what they
+prove is where the case comes from and what is printed or written, not the worker), which also
+shows that the pair's bits do not depend on where it runs."""
 from __future__ import annotations
 
 import re
@@ -36,6 +39,9 @@ def recorded(tmp_path_factory):
     return suite, out, df
 
 
+INLINE = ["--isolate", "inline"]
+
+
 def _worst_from_output(text: str, output: str, reference: str):
     """(index, got bits) of the first element listed under the `output vs reference` header."""
     lines = text.splitlines()
@@ -59,8 +65,9 @@ def test_replay_reproduces_worst_element_bit_for_bit(capsys, recorded, source):
     assert not failing.empty
     case_id = failing["case_id"].iloc[0]
     cases = {"suite": str(suite), "dir": str(out), "csv": str(out / "results.csv")}[source]
+    where = [] if source == "suite" else INLINE
     capsys.readouterr()
-    code = main(["replay", case_id, "--impl", BUG, "--cases", cases, "--device", "cpu", "--top", "3"])
+    code = main(["replay", case_id, "--impl", BUG, "--cases", cases, "--device", "cpu", "--top", "3", *where])
     text = capsys.readouterr().out
     assert code == 1
     rows = df[df["case_id"] == case_id]
@@ -85,7 +92,7 @@ def test_replay_structured_matches_recorded(recorded):
     suite, out, df = recorded
     row = df[(df["status"] == "fail") & (df["output"] == "y")].iloc[0]
     case = find_case(row["case_id"], str(out))
-    r = run_case(case, resolve(BUG), "cpu", top=1)
+    r = run_case(case, resolve(BUG), "cpu", top=1, isolate="inline")
     c = next(c for c in r.result.checks if c.output == "y" and c.reference.label == row["reference"])
     e = c.measured.elements[0]
     assert ",".join(map(str, e.index)) == str(row["worst_index"])
@@ -100,9 +107,10 @@ def test_replay_of_a_case_given_as_json(capsys, recorded):
     suite, out, df = recorded
     case = find_case(df["case_id"].iloc[0], str(suite))
     text = json.dumps(case.params())
-    assert main(["replay", case.case_id, "--impl", "torch", "--case", text, "--device", "cpu", "--top", "0"]) == 0
-    assert main(["replay", "0" * 12, "--impl", "torch", "--case", text]) == 2
-    assert main(["replay", case.case_id, "--impl", "torch", "--case", "{not json"]) == 2
+    assert main(["replay", case.case_id, "--impl", "torch", "--case", text, "--device", "cpu", "--top", "0",
+                 *INLINE]) == 0
+    assert main(["replay", "0" * 12, "--impl", "torch", "--case", text, *INLINE]) == 2
+    assert main(["replay", case.case_id, "--impl", "torch", "--case", "{not json", *INLINE]) == 2
     assert "hash" in capsys.readouterr().err
 
 
@@ -115,10 +123,12 @@ def test_replay_of_a_sigmoid_case_given_as_json(capsys):
     case = Case("bf16", "bf16", "bf16", (4, 32), False, 1e-5, "standard", "normal", "one", 0, activation="sigmoid")
     text = json.dumps(case.params())
     assert '"activation": "sigmoid"' in text
-    assert main(["replay", case.case_id, "--impl", "torch", "--case", text, "--device", "cpu", "--top", "0"]) == 0
+    assert main(["replay", case.case_id, "--impl", "torch", "--case", text, "--device", "cpu", "--top", "0",
+                 *INLINE]) == 0
     capsys.readouterr()
     spec = "activation-ignored=harness.mutants:activation_ignored"
-    assert main(["replay", case.case_id, "--impl", spec, "--case", text, "--device", "cpu", "--top", "1"]) == 1
+    assert main(["replay", case.case_id, "--impl", spec, "--case", text, "--device", "cpu", "--top", "1",
+                 *INLINE]) == 1
     assert case.case_id in capsys.readouterr().out
 
 
@@ -126,7 +136,7 @@ def test_replay_out_writes_results(tmp_path, capsys, recorded):
     suite, out, df = recorded
     cid = df["case_id"].iloc[0]
     code = main(["replay", cid, "--impl", "torch", "--cases", str(suite), "--device", "cpu",
-                 "--out", str(tmp_path / "r"), "--top", "1"])
+                 "--out", str(tmp_path / "r"), "--top", "1", *INLINE])
     assert code == 0
     got = pd.read_csv(tmp_path / "r" / "results.csv", dtype={"case_id": str})
     assert len(got) == 10 and set(got["status"]) == {"pass"} and set(got["case_id"]) == {cid}
@@ -135,7 +145,7 @@ def test_replay_out_writes_results(tmp_path, capsys, recorded):
 def test_replay_unknown_id_is_usage_error(capsys, recorded):
     suite, out, _ = recorded
     for cases in (str(suite), str(out)):
-        assert main(["replay", "000000000000", "--impl", "torch", "--cases", cases]) == 2
+        assert main(["replay", "000000000000", "--impl", "torch", "--cases", cases, *INLINE]) == 2
         err = capsys.readouterr().err
         assert "000000000000" in err and "Traceback" not in err
 
@@ -147,6 +157,6 @@ def test_replay_tampered_row_is_usage_error(tmp_path, capsys, recorded):
     bad.loc[bad["case_id"] == cid, "seed"] = 12345
     f = tmp_path / "results.csv"
     bad.to_csv(f, index=False)
-    assert main(["replay", cid, "--impl", "torch", "--cases", str(f)]) == 2
+    assert main(["replay", cid, "--impl", "torch", "--cases", str(f), *INLINE]) == 2
     err = capsys.readouterr().err
     assert "hash" in err and cid in err

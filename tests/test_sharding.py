@@ -59,8 +59,9 @@ def test_gpus_flag_is_checked(suite, capsys):
 
 
 def run_shard(suite, out, k, n):
+    """One shard, inline: what merge checks is which cases ran, not where."""
     return main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--shard", f"{k}/{n}",
-                 "--shard-by", "shape", "--out", str(out), "--no-report", "--repeats", "0"])
+                 "--shard-by", "shape", "--out", str(out), "--no-report", "--repeats", "0", "--isolate", "inline"])
 
 
 def test_merge_checks_coverage(tmp_path, suite, capsys):

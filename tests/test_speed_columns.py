@@ -1,7 +1,9 @@
 """Speed beside accuracy and determinism (results.csv columns): the median warm forward + backward
 time, the bitwise comparison of later calls (a difference fails unless --allow-nondeterministic),
 --repeats 0 — on the CPU, where the bandwidth floor is omitted — and the floor's bytes, each tensor
-counted in the dtype it has (y in the activation dtype, which may be the weight's)."""
+counted in the dtype it has (y in the activation dtype, which may be the weight's). The run whose
+phases are checked has a worker (its start is a phase); the others run inline, as what they prove
+is the columns."""
 from __future__ import annotations
 
 import textwrap
@@ -20,6 +22,7 @@ dtype = ["bf16"]
 weight_dtype = ["fp32"]         # a float32 dweight shows the last bits a summation order changes
 shape = [[64, 32], [8, 16]]
 """
+INLINE = ["--isolate", "inline"]
 
 SHUFFLED = '''
 import torch
@@ -74,21 +77,22 @@ def test_timing_and_determinism_columns(env):
     assert main(["report", "o"]) == 0                         # the report's environment carries the split
     assert f"first calls {t['share:first_calls']:.1f}" in (env / "o" / "report.html").read_text()
     assert main(["run", "--impl", "torch", "--cases", "s.toml", "--device", "cpu", "--out", "o0", "--repeats", "0",
-                 "--no-report"]) == 0
+                 "--no-report", *INLINE]) == 0
     assert results(env / "o0")["impl_seconds"].isna().all()
 
 
 def test_non_repeatable_outputs_fail_unless_allowed(env, capsys):
     spec = "shuffled=shuffled_mod:make"
-    assert main(["run", "--impl", spec, "--cases", "s.toml", "--device", "cpu", "--out", "b", "--no-report"]) == 1
+    assert main(["run", "--impl", spec, "--cases", "s.toml", "--device", "cpu", "--out", "b", "--no-report",
+                 *INLINE]) == 1
     df = results(env / "b")
     bad = df[df["status"] == "fail"]
     assert set(bad["output"]) == {"dweight"} and (bad["fail_kind"] == "not_repeatable").all()
     assert bad["reason"].str.contains("not repeatable: ").all() and bad["reason"].str.contains(r" then ").all()
     assert main(["run", "--impl", spec, "--cases", "s.toml", "--device", "cpu", "--out", "b", "--no-report",
-                 "--require-repeatable"]) == 1                                         # the default, said
+                 "--require-repeatable", *INLINE]) == 1                                         # the default, said
     assert main(["run", "--impl", spec, "--cases", "s.toml", "--device", "cpu", "--out", "a", "--no-report",
-                 "--allow-nondeterministic"]) == 0
+                 "--allow-nondeterministic", *INLINE]) == 0
     df = results(env / "a")
     dw = df[df["output"] == "dweight"]
     big = dw[dw["tokens"] == 64]
@@ -96,7 +100,7 @@ def test_non_repeatable_outputs_fail_unless_allowed(env, capsys):
     assert df[df["output"] == "y"]["repeatable"].all()                                  # only dweight differs
     capsys.readouterr()
     assert main(["run", "--impl", spec, "--cases", "s.toml", "--device", "cpu", "--out", "c", "--no-report",
-                 "--allow-nondeterministic", "--require-repeatable"]) == 2
+                 "--allow-nondeterministic", "--require-repeatable", *INLINE]) == 2
     assert "contradict" in capsys.readouterr().err
 
 

@@ -1,0 +1,54 @@
+"""The built-in implementations on the CPU: each passes its model on a few cases (torch.compile's
+emulation and torch.compile itself, Inductor on the CPU, on two), and every built-in name resolves."""
+from __future__ import annotations
+
+import pytest
+
+from harness.impls import registry
+from harness.reports.schema import CHECKED_OUTPUTS
+from tests.conftest import make_case, pair_rows
+
+CPU_CASES = [
+    make_case(),
+    make_case(dtype="fp16", gate_dtype="fp32", weight_dtype="fp16", zero_centered_gamma=True, gamma_dist="zero",
+          gate_dist="negative", shape=(2, 3, 16)),
+    make_case(dtype="fp32", gate_dtype="fp32", weight_dtype="fp32", shape=(8, 24)),
+    make_case(gate_dist="underflow", x_dist="zero_row", shape=(4, 16)),
+]
+
+
+@pytest.mark.parametrize("name", ["torch", "torch-fused", "torch-compile-emulate"])
+def test_cpu_builtins_pass(name):
+    impl = registry.resolve(name)
+    assert impl.skip_reason("cpu") is None
+    cases = CPU_CASES if name != "torch-compile-emulate" else CPU_CASES[:2]
+    for case in cases:
+        rows = pair_rows(case, impl)
+        assert len(rows) == 10
+        bad = [(r["output"], r["reference"], r["reason"]) for r in rows if r["status"] != "pass"]
+        assert bad == [], (case.label, bad)
+        assert {r["output"] for r in rows} == set(CHECKED_OUTPUTS)
+        assert all(r["replay"].startswith(f"harness replay {case.case_id} --impl {name}") for r in rows)
+
+
+def test_torch_compile_realises_the_fused_model():
+    """Inductor (defaults) elides the n -> x.dtype round trip: the fused model, every output
+    (bench/RESULTS.md, run 6 on CUDA; the CPU likewise). Each hidden size is a new graph, so the
+    impl raises Dynamo's recompile limit: at the default 8, later shapes silently ran eager."""
+    import torch._dynamo.config as dcfg
+    impl = registry.resolve("torch-compile")
+    assert impl.rounding.name == "fused"
+    for case in CPU_CASES[:2]:
+        rows = pair_rows(case, impl)
+        bad = [(r["output"], r["reference"], r["reason"]) for r in rows if r["status"] != "pass"]
+        assert len(rows) == 10 and bad == [], (case.label, bad)
+    assert dcfg.recompile_limit >= 1024
+
+
+def test_builtin_names_resolve():
+    found = registry.builtins()
+    assert {"torch", "torch-fused", "torch-xhat", "torch-compile", "torch-compile-emulate", "fla", "te"} <= set(found)
+    for name in found:
+        assert registry.resolve(name).name == name and registry.resolve(name).spec == name
+    for name in ("torch", "torch-fused", "torch-xhat", "torch-compile", "torch-compile-emulate"):
+        assert registry.resolve(name).unavailable is None
