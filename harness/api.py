@@ -26,7 +26,8 @@ from harness.references.errors import UsageError
 from harness.reports.outputs import RunData, formats, write_outputs
 from harness.reports.rundir import RunDir, read_results
 from harness.reports.summary import summarize
-from harness.runner import Sweep, SweepResult, run_sweep, shard
+from harness.runner import Sweep, SweepResult, run_sweep
+from harness.schedule import shard
 from harness.worker import DEFAULT_TIMEOUT
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2

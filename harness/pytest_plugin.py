@@ -30,7 +30,7 @@ os._exit(0) without xdist: with status 0, as if it had passed), and what it patc
 reaches the judging.
 
 Sharding: `pytest -n N --dist loadgroup` (pytest-xdist); the tests of one compile key (hidden size
-and dtypes, harness.runner.compile_key) share an xdist_group, so each compile happens on one worker.
+and dtypes, harness.schedule.compile_key) share an xdist_group, so each compile happens on one worker.
 Each xdist worker gets one GPU, set as CUDA_VISIBLE_DEVICES before conftest files are imported:
 worker gwK the K-th modulo the count of HARNESS_GPUS (a comma list of devices; "off" leaves
 CUDA_VISIBLE_DEVICES alone), else of CUDA_VISIBLE_DEVICES' list, else of torch.cuda.device_count()
@@ -116,7 +116,7 @@ def case_test_id(case, impl_name: str = "") -> str:
 
 def group_name(case) -> str:
     """The xdist group of a case: its compile key, as text (h128-bf16-bf16-fp32-g128-norm)."""
-    from harness.runner import compile_key
+    from harness.schedule import compile_key
     hidden, x, gate, weight, group, norm_first = compile_key(case)
     return f"h{hidden}-{x}-{gate}-{weight}-g{group}-{'norm' if norm_first else 'gate'}"
 

@@ -4,16 +4,15 @@ directory's results.csv as each pair completes — so that an interrupted sweep 
 held here: the final results.csv is written from the rows the judges sent, never read back from
 the file (which a plug-in could have written meanwhile).
 
---jobs N runs N workers at once; each takes the next compile key (every case of one hidden size and
-dtype mix: each compile and autotuning happens once), costliest first, as it finishes one; each
+--jobs N runs N workers at once; each takes the next work item (every case of one compile key, so
+that each compile and autotuning happens once) as it finishes one, longest first, keeping to the
+graph keys it has compiled (harness.schedule); each
 worker gets its share of the cores for OpenMP (--threads; passive waiting) and compiles and, with
 --gpus, its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
 on; a sweep that could not finish every planned pair says so (SweepResult.finished), and the
 caller never exits 0 for it. --resume: harness.resume."""
 from __future__ import annotations
 
-import math
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from harness.pipeline.settings import Settings
 from harness.reports.rundir import OUTPUTS as RUN_FILES
 from harness.reports.rundir import PAIR_TIMING, RESULTS, TIMING, RunDir, results_frame
 from harness.resume import resume_rows
+from harness.schedule import WorkQueue, compile_key, work_items
 from harness.worker import DEFAULT_TIMEOUT, sweep_envs
 
 PAIR_TIMING_COLUMNS = ["case_id", "label", "impl", "references", "impl_seconds", "analysis", "mpmath", "pair_seconds"]
@@ -59,71 +59,6 @@ class SweepResult:
     @property
     def finished(self) -> bool:
         return not self.unfinished
-
-
-def compile_key(case: Case) -> tuple:
-    """The cases whose compiles and autotuning belong together: hidden size, dtypes and op variant
-    (a group size or the other order is another graph, and another kernel specialisation)."""
-    return (case.shape[-1], case.dtype, case.gate_dtype, case.weight_dtype, case.group, case.norm_before_gate)
-
-
-# What a compile key costs next to each of its cases, for balancing: fitted over `full` on an H200
-# (docs/performance.md: ~28-31 s a key for its first calls, 0.2-1.9 s a case).
-KEY_COST_IN_CASES = 16
-
-
-def shard(cases: list[Case], k: int, n: int, by: str = "case") -> list[Case]:
-    """Deterministic 1/n of the cases, k in 1..n: disjoint and complete over k, suite order kept.
-    by="case": by case id. by="shape": every case of one compile_key in one shard, keys dealt
-    costliest first to the least loaded shard (a key costs KEY_COST_IN_CASES + its cases)."""
-    if by == "case":
-        return [c for c in cases if int(c.case_id, 16) % n == k - 1]
-    groups: dict[tuple, int] = {}
-    for c in cases:
-        groups[compile_key(c)] = groups.get(compile_key(c), KEY_COST_IN_CASES) + 1
-    load, owner = [0] * n, {}
-    for key, cost in sorted(groups.items(), key=lambda kv: (-kv[1], repr(kv[0]))):
-        j = min(range(n), key=lambda i: (load[i], i))
-        owner[key] = j
-        load[j] += cost
-    return [c for c in cases if owner[compile_key(c)] == k - 1]
-
-
-# A case this big is a work item of its own: its references and certification (an fp32 2048x4096
-# case: ~25 s a pair warm on the H200) outweigh a compile, and a key holding several of them was the
-# critical path of `full` (64 s of an 84 s warm sweep).
-BIG_CASE = 1 << 22
-
-
-def key_queue(todo: list) -> "queue.SimpleQueue":
-    """The pairs to run as work items — every case of one compile key (each compile and autotuning
-    once), except that a big case (BIG_CASE elements) is an item of its own — costliest first: each
-    worker takes the next item as it finishes one (longest processing time first, dynamically), so
-    first calls of different keys overlap across the workers and no worker is left with a long tail
-    that a static split guessed wrong. Cost: KEY_COST_IN_CASES a key's first calls, 1 + elements/2^20
-    a pair."""
-    def pair_cost(case, impls):
-        return len(impls) * (1 + math.prod(case.shape) / (1 << 20))
-    items: dict[tuple, list] = {}
-    for case, impls in todo:
-        key = compile_key(case) + ((case.case_id,) if math.prod(case.shape) >= BIG_CASE else ())
-        items.setdefault(key, []).append((case, impls))
-    cost = {k: KEY_COST_IN_CASES * max(len(i) for _, i in g) + sum(pair_cost(c, i) for c, i in g)
-            for k, g in items.items()}
-    q: queue.SimpleQueue = queue.SimpleQueue()
-    for key in sorted(items, key=lambda k: (-cost[k], repr(k))):
-        q.put(items[key])
-    return q
-
-
-def _next_groups(q: "queue.SimpleQueue"):
-    """The (case, impls) of key after key, until no key is left."""
-    while True:
-        try:
-            group = q.get_nowait()
-        except queue.Empty:
-            return
-        yield from group
 
 
 def _suite_order(df: pd.DataFrame, cases: list[Case], impls: list[Implementation]) -> pd.DataFrame:
@@ -197,7 +132,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
         pipe = Pipeline(sw.settings, "process", sw.timeout, env=envs[k], on_start=rd.note_worker, log=log)
         pipes.append(pipe)
         try:
-            for r in pipe.run_many(pairs(_next_groups(pending))):
+            for r in pipe.run_many(pairs(pending.pairs())):
                 if failed:                  # interrupted: the pair's end is the harness's doing
                     return
                 record(r)
@@ -207,7 +142,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
             pipe.close()
 
     process = all(isolated(i, sw.isolate) for i in sw.impls)
-    pending = key_queue(todo)
+    pending = WorkQueue(work_items(todo))
     if not process:
         inline(todo)
     else:

@@ -9,6 +9,9 @@ fla's signature and defaults. A small suite keeps this file fast; the quick suit
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -226,21 +229,27 @@ def test_missing_packages_and_classes_are_unavailable(monkeypatch):
             harness.verify(impl, cases="quick", device="cpu")
 
 
-def test_fla_adapters_say_why_they_are_unavailable():
+def test_fla_adapters_are_listed_without_importing_fla(monkeypatch):
+    imported = []
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a: imported.append(name) or real(name, *a))
     found = {i.name: i for i in fla_adapter.implementations()}
-    assert set(found) == {"fla", "fla-gated"}
+    assert set(found) == {"fla", "fla-gated"} and not [m for m in imported if m.startswith("fla")]
     assert all(builtins()[n].name == n for n in [*found, *HF_NAMES])
-    try:
-        import fla.modules.norm.layernorm_gated  # noqa: F401
-        importable = True
-    except Exception:
-        importable = False
+    installed = importlib.util.find_spec("fla") is not None and importlib.util.find_spec("triton") is not None
     for impl in found.values():
         assert impl.devices == ("cuda",)
-        if importable:
+        if installed:
             assert impl.unavailable is None and impl.rounding.name == "fused"
         else:
-            assert impl.factory is None and impl.unavailable.startswith("fla not importable")
+            assert impl.factory is None and impl.unavailable.startswith("fla")
+
+
+def test_fla_not_importable_is_the_factory_s_error(monkeypatch):
+    monkeypatch.setitem(fla_adapter.KERNELS, "fla", (("no_such_module_of_fla",), ("rms_norm_gated",)))
+    impl = fla_adapter.fused_implementation(lambda: fla_adapter.load("fla"))
+    with pytest.raises(ImportError, match="fla not importable .ModuleNotFoundError"):
+        impl.factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
 
 
 # A stand-in for fla's RMSNormGated with its signature and defaults (eps=1e-5, norm_before_gate=False)
@@ -266,7 +275,7 @@ class StandIn(nn.Module):
 
 
 def test_fla_gated_wiring_on_a_standin(small):
-    impl = fla_adapter.gated_implementation(StandIn, standin_fn)
+    impl = fla_adapter.gated_implementation(lambda: (StandIn, standin_fn))
     assert impl.name == "fla-gated" and impl.devices == ("cuda",) and impl.rounding.name == "fused"
     impl = dataclasses.replace(impl, devices=("cpu",), spec="")
     rows = harness.verify(impl, cases=small, device="cpu", isolate="inline").frame
@@ -286,12 +295,10 @@ def standin_rms_norm_gated(x, g, weight, bias, activation="swish", eps=1e-6):
     return (h * act(g.float())).to(x.dtype)
 
 
-def test_fla_fused_passes_the_case_activation(monkeypatch, small):
+def test_fla_fused_passes_the_case_activation(small):
     """`fla` hands the case's activation to rms_norm_gated in fla's names: a stand-in with fla's
     signature passes silu and sigmoid cases alike (groups and gate first skip by signature)."""
-    monkeypatch.setattr(fla_adapter, "_import_first", lambda *m, names: (
-        (standin_rms_norm_gated,) if names == ("rms_norm_gated",) else (StandIn, standin_fn), None))
-    impl = {i.name: i for i in fla_adapter.implementations()}["fla"]
+    impl = fla_adapter.fused_implementation(lambda: (standin_rms_norm_gated,))
     impl = dataclasses.replace(impl, devices=("cpu",), spec="")
     assert "activation" in impl.variants
     rows = harness.verify(impl, cases=small, device="cpu", isolate="inline").frame
@@ -301,7 +308,7 @@ def test_fla_fused_passes_the_case_activation(monkeypatch, small):
 
 
 def test_fla_factories_keep_their_own_kernels(monkeypatch):
-    """Both fla entries come from one implementations() call: each factory must hold its own kernel
+    """Both fla entries come from one implementations() call: each factory must load its own kernel
     (a closure over a rebound name once handed fla's RMSNormGated class to the `fla` factory)."""
     import sys
     import types
@@ -314,12 +321,17 @@ def test_fla_factories_keep_their_own_kernels(monkeypatch):
             "fla.modules.norm.layernorm_gated": types.SimpleNamespace(RMSNormGated=StandIn, rmsnorm_fn=standin_fn)}
     for name, mod in mods.items():
         monkeypatch.setitem(sys.modules, name, mod)
-    found = {i.name: i for i in fla_adapter.implementations()}
-    assert found["fla"].unavailable is None and found["fla-gated"].unavailable is None
-    m = found["fla"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
-    assert m.fn is rms_norm_gated
-    g = found["fla-gated"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
-    assert isinstance(g.inner, StandIn)
+    monkeypatch.setattr(fla_adapter, "package_file", lambda top, files, needs: (Path(files[0]), ""))
+    fla_adapter.load.cache_clear()
+    try:
+        found = {i.name: i for i in fla_adapter.implementations()}
+        assert found["fla"].unavailable is None and found["fla-gated"].unavailable is None
+        m = found["fla"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
+        assert m.fn is rms_norm_gated
+        g = found["fla-gated"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
+        assert isinstance(g.inner, StandIn)
+    finally:
+        fla_adapter.load.cache_clear()         # the stand-ins must not outlive the test
 
 
 def _fla_importable() -> bool:

@@ -12,7 +12,7 @@ from harness.cases.suite import load_suite
 from harness.cli import main
 from harness.reports.rundir import read_results
 from harness.reports.schema import columns
-from harness.runner import shard
+from harness.schedule import shard
 from tests.conftest import SILU_IN_BF16
 
 SPEC_COLUMNS = ["case_id", "impl", "rounding", "device", "dtype", "gate_dtype", "weight_dtype", "shape",

@@ -34,3 +34,28 @@ def test_a_spare_lists_the_command_lines_builtins():
         assert "harness.impls.torch_ref" in registry._LISTED and "harness.impls.fla_adapter" not in registry._LISTED
     finally:
         registry._LISTED.clear()
+
+
+def test_a_spare_imports_what_an_available_adapter_wraps(monkeypatch):
+    """preload calls the module's prepare(name) for an available entry only, and a prepare that
+    raises is the first pair's to report."""
+    import types
+    from harness.impls.base import Implementation
+    from harness.pipeline.serve import preload
+    prepared: list = []
+
+    def prepare(name):
+        prepared.append(name)
+        if name == "raises":
+            raise ImportError("broken")
+    listed = [Implementation("ok", lambda *a, **k: None), Implementation("raises", lambda *a, **k: None),
+              Implementation("absent", None, unavailable="not installed")]
+    fake = types.SimpleNamespace(__name__="fake_adapter", NAMES=("ok", "raises", "absent"),
+                                 implementations=lambda: listed, prepare=prepare)
+    monkeypatch.setattr(registry, "_modules", lambda: [fake])
+    registry._LISTED.clear()
+    try:
+        preload(["ok", "raises", "absent", "no-such-impl"])
+        assert prepared == ["ok", "raises"]
+    finally:
+        registry._LISTED.clear()

@@ -1,5 +1,5 @@
 """The sweep's parts (harness/runner.py, harness/resume.py, harness/worker.py, reports/rundir.py) one
-at a time: the split over workers, re-gating on resume, what resume keeps, the worker protocol, the
+at a time: worker environments, re-gating on resume, what resume keeps, the worker protocol, the
 lock."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from harness.pipeline.settings import Settings
 from harness.references.errors import UsageError
 from harness.reports.rundir import PAIR_TIMING, RunDir, read_results
 from harness.resume import expected_checks, regate, resume_rows
-from harness.runner import Sweep, compile_key, shard
+from harness.runner import Sweep
 from harness.worker import worker_env
 from harness.worker import describe_exit
 from tests.conftest import make_case, pair_rows, running
@@ -29,22 +29,7 @@ from tests.conftest import make_case, pair_rows, running
 HEADER = "impl,rounding,dtype,output,reference,regime,metric,budget\n"
 
 
-# ------------------------------------------------------------------------------ split
-
-@pytest.mark.parametrize("n", [1, 2, 3, 5])
-@pytest.mark.parametrize("by", ["case", "shape"])
-def test_shard_is_disjoint_complete_and_ordered(n, by):
-    cases = list(load_suite("quick").cases)
-    parts = [shard(cases, k, n, by) for k in range(1, n + 1)]
-    assert sorted(c.case_id for p in parts for c in p) == sorted(c.case_id for c in cases)
-    for p in parts:
-        assert p == [c for c in cases if c in p]                 # suite order kept
-    if by == "shape":                                            # one compile key, one part
-        owner = {}
-        for k, p in enumerate(parts):
-            for c in p:
-                assert owner.setdefault(compile_key(c), k) == k
-
+# ------------------------------------------------------------------------------ workers
 
 def test_worker_env_pins_threads_and_gpu(monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)

@@ -7,7 +7,7 @@ import pytest
 
 from harness.cases.suite import load_suite, parse_suite, resolve_suite_path
 from harness.references.errors import UsageError
-from harness.runner import shard
+from harness.schedule import shard
 from tests.conftest import make_case
 
 P = "suites/my.toml"

@@ -27,12 +27,15 @@ tl.sigmoid(b_g)`, no activation argument in 0.6.0), so its factory takes no `act
 are `skip` rows. mamba_ssm's own copy is harness/impls/mamba_adapter.py."""
 from __future__ import annotations
 
+import functools
 import importlib
+from typing import Callable
 
 import torch
 from torch import nn
 
 from harness.impls.base import Implementation, from_factory
+from harness.impls.modfile import package_file
 
 
 class FlaGatedRMSNorm(nn.Module):
@@ -69,9 +72,10 @@ class FlaRMSNormGated(nn.Module):
                        norm_before_gate=m.norm_before_gate)
 
 
-def gated_implementation(cls, fn) -> Implementation:
-    """`fla-gated` from fla's RMSNormGated class and its rmsnorm_fn (tests pass stand-ins)."""
+def gated_implementation(kernel: Callable[[], tuple]) -> Implementation:
+    """`fla-gated` from `kernel()`: fla's RMSNormGated class and its rmsnorm_fn (tests pass stand-ins)."""
     def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
+        cls, fn = kernel()
         return FlaRMSNormGated(cls, fn, hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
                                dtype=dtype, device=device, group_size=group_size,
                                norm_before_gate=norm_before_gate)
@@ -80,42 +84,57 @@ def gated_implementation(cls, fn) -> Implementation:
                         notes="fla-core RMSNormGated (groups, both orders; norm_before_gate always passed)")
 
 
-def _import_first(*modules: str, names: tuple[str, ...]):
-    """`names` from the first of `modules` that imports, or the last import error."""
+def fused_implementation(kernel: Callable[[], tuple]) -> Implementation:
+    """`fla` from `kernel()`: fla's rms_norm_gated, in a 1-tuple (tests pass stand-ins)."""
+    def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device, activation="silu"):
+        return FlaGatedRMSNorm(kernel()[0], hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
+                               dtype=dtype, device=device, activation=activation)
+    return from_factory("fla", factory, "builtin", rounding="fused", math="fast", devices=("cuda",),
+                        notes="fla-core rms_norm_gated, activation 'swish' or 'sigmoid' (norm first, one group)")
+
+
+# Where fla keeps each kernel (0.6.0's layout first), and what each entry takes from it.
+KERNELS = {"fla": (("fla.modules.norm.fused_norm_gate", "fla.modules.fused_norm_gate"), ("rms_norm_gated",)),
+           "fla-gated": (("fla.modules.norm.layernorm_gated", "fla.modules.layernorm_gated"),
+                         ("RMSNormGated", "rmsnorm_fn"))}
+NEEDS = ("triton",)                    # what the kernels' files import besides torch and fla
+
+
+@functools.cache
+def load(name: str) -> tuple:
+    """Entry `name`'s objects from fla, imported at its first factory call — in the implementation's
+    process, never in the command that lists it — or ImportError saying why not."""
+    modules, names = KERNELS[name]
     err: Exception | None = None
     for m in modules:
         try:
             mod = importlib.import_module(m)
-            return tuple(getattr(mod, n) for n in names), None
-        except Exception as e:          # not installed, triton missing, or an older layout
+            return tuple(getattr(mod, n) for n in names)
+        except Exception as e:          # triton missing or broken, or an older layout
             err = e
-    return None, f"fla not importable ({type(err).__name__}: {err})"
+    raise ImportError(f"fla not importable ({type(err).__name__}: {err})")
+
+
+def prepare(name: str) -> None:
+    """Import what `name` wraps now (a spare worker, before its first pair)."""
+    load(name)
 
 
 # The names implementations() lists (resolving a name lists only the module that has it).
-NAMES = ("fla", "fla-gated")
+NAMES = tuple(KERNELS)
 
 
 def implementations() -> list[Implementation]:
+    """Both entries, found without importing fla (its package __init__ imports its layers, models
+    and transformers: seconds): the package's kernel files located (importlib's finders execute
+    nothing for a top-level name), the kernels imported by the factory."""
     out = []
-    found, why = _import_first("fla.modules.norm.fused_norm_gate", "fla.modules.fused_norm_gate",
-                               names=("rms_norm_gated",))
-    if found is None:    # never skip silently: say why
-        out.append(Implementation("fla", None, devices=("cuda",), source="builtin", spec="fla", unavailable=why,
-                                  notes="pip install fla-core (CUDA + Triton)"))
-    else:
-        fn = found[0]           # bound now: `found` is rebound below, and a closure would see that
-
-        def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device, activation="silu"):
-            return FlaGatedRMSNorm(fn, hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma,
-                                   dtype=dtype, device=device, activation=activation)
-        out.append(from_factory("fla", factory, "builtin", rounding="fused", math="fast", devices=("cuda",),
-                                notes="fla-core rms_norm_gated, activation 'swish' or 'sigmoid' (norm first, one group)"))
-    found, why = _import_first("fla.modules.norm.layernorm_gated", "fla.modules.layernorm_gated",
-                               names=("RMSNormGated", "rmsnorm_fn"))
-    if found is None:
-        out.append(Implementation("fla-gated", None, devices=("cuda",), source="builtin", spec="fla-gated",
-                                  unavailable=why, notes="pip install fla-core (CUDA + Triton)"))
-    else:
-        out.append(gated_implementation(*found))
+    for name, build in (("fla", fused_implementation), ("fla-gated", gated_implementation)):
+        files = tuple(m.removeprefix("fla.").replace(".", "/") + ".py" for m in KERNELS[name][0])
+        path, why = package_file("fla", files, NEEDS)
+        if path is None:                # never skip silently: say why
+            out.append(Implementation(name, None, devices=("cuda",), source="builtin", spec=name, unavailable=why,
+                                      notes="pip install fla-core (CUDA + Triton)"))
+        else:
+            out.append(build(functools.partial(load, name)))
     return out

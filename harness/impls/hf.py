@@ -216,5 +216,11 @@ def implementation(c: HfClass) -> Implementation:
 NAMES = tuple(c.name for c in CLASSES)
 
 
+def prepare(name: str) -> None:
+    """Import the class `name` wraps now (a spare worker, before its first pair)."""
+    c = next(c for c in CLASSES if c.name == name)
+    load(c.module, c.cls)
+
+
 def implementations() -> list[Implementation]:
     return [implementation(c) for c in CLASSES]

@@ -76,6 +76,11 @@ def adapter(path: Path) -> Implementation:
 NAMES = ("mamba",)
 
 
+def prepare(name: str) -> None:
+    """Load mamba_ssm's kernel file now (a spare worker, before its first pair)."""
+    load_rmsnorm(str(module_path()[0]))
+
+
 def implementations() -> list[Implementation]:
     path, why = module_path()
     if path is None:                  # never skip silently: say why

@@ -1,7 +1,8 @@
 """Where implementations come from: the built-ins (every module of this folder with an
 `implementations()` function and the tuple `NAMES` of the names it lists — a new built-in or
 adapter is one new file; resolving a name lists only the module that names it, so what the other
-adapters wrap is not imported), `NAME=MODULE:ATTR`
+adapters wrap is not imported; an adapter imports its library at its first factory call, and a
+module may say how to do that earlier with `prepare(name)`), `NAME=MODULE:ATTR`
 plug-ins, and installed packages' entry points in the group `harness.impls`. Any of them may end in
 `@CLASS` (accurate, fast, accurate+ftz, fast+ftz): the implementation judged at that math class
 instead of its declared one."""
@@ -56,6 +57,17 @@ def builtin(name: str) -> Implementation | None:
         if name in m.NAMES:
             return _listed(m).get(name)
     return None
+
+
+def prepare(name: str) -> None:
+    """List the built-in `name` and import what it wraps, where its module says how (`prepare(name)`:
+    an adapter imports its library at the first factory call, not when listed)."""
+    for m in _modules():
+        if name in m.NAMES:
+            _listed(m)
+            if hasattr(m, "prepare") and name in _listed(m) and _listed(m)[name].unavailable is None:
+                m.prepare(name)
+            return
 
 
 def check_name(name: str) -> str:

@@ -73,10 +73,10 @@ def preload(names: list[str]) -> None:
     """List the built-in implementations `names` now (a spare of a sweep, before its settings
     arrive, on the import path the command will send): that imports what they wrap (fla and
     Triton: seconds), which the first pair would otherwise wait for."""
-    from harness.impls.registry import builtin
+    from harness.impls.registry import prepare
     for name in names:
         try:
-            builtin(name)
+            prepare(name)
         except BaseException:       # noqa: BLE001 — resolving the pair's implementation says why
             pass
 
