@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from harness.pipeline.call import copy_bandwidth
+from harness.pipeline.speed import copy_bandwidth
 from harness.references import accel
 from harness.references.accel import triton_regs
 from harness.references.accel.inductor import exact_outputs_compiled

@@ -5,8 +5,8 @@ held here: the final results.csv is written from the rows the judges sent, never
 the file (which a plug-in could have written meanwhile).
 
 --jobs N runs N workers at once; each takes the next work item (every case of one compile key, so
-that each compile and autotuning happens once) as it finishes one, longest first, keeping to the
-graph keys it has compiled (harness.schedule); each
+that each compile and autotuning happens once) as it finishes one, longest first
+(harness.schedule); each
 worker gets its share of the cores for OpenMP (--threads; passive waiting) and compiles and, with
 --gpus, its own GPU. A pair that raises, dies or hangs becomes `error` rows and the sweep goes
 on; a sweep that could not finish every planned pair says so (SweepResult.finished), and the

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.pipeline import gputime
+from harness.pipeline import gputime, speed
 
 
 class FakeCuda:
@@ -189,10 +189,10 @@ def test_a_failing_gpu_timing_changes_no_verdict(monkeypatch):
 
     def oom(device):
         raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
-    monkeypatch.setattr(call, "copy_bandwidth", oom)
+    monkeypatch.setattr(speed, "copy_bandwidth", oom)
     monkeypatch.setattr(gputime, "profiler_seconds", lambda prepare, run, least: 1e-4)
-    speed = call._gpu_speed(m, m.weight, base, base.x.dtype, first, 3, True, 2e-3, "cuda")
-    assert speed.impl_seconds == 2e-3 and math.isnan(speed.gpu_seconds) and speed.gpu_method == ""
+    got = call._gpu_speed(m, m.weight, base, base.x.dtype, first, 3, True, 2e-3, "cuda")
+    assert got.impl_seconds == 2e-3 and math.isnan(got.gpu_seconds) and got.gpu_method == ""
 
 
 def test_device_seconds_sums_the_device_events_only():

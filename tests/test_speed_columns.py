@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.pipeline import call, gputime
+from harness.pipeline import call, gputime, speed
 from tests.conftest import make_case, make_inputs, needs_cuda
 
 SUITE = """
@@ -125,10 +125,10 @@ def test_the_floor_counts_y_in_the_activation_dtype(monkeypatch):
     base = generate(make_case(weight_dtype="fp32"), act_follows="weight")
     m = chain(32, eps=base.eps, zero_centered_gamma=False, dtype=base.weight.dtype, device="cpu")
     monkeypatch.setattr(gputime, "gpu_time", lambda *a, **k: (1e-6, "graph"))
-    monkeypatch.setattr(call, "copy_bandwidth", lambda device: 4e12)
-    speed = call._gpu_speed(m, m.weight, base, torch.float32, {}, 3, True, 2e-3, "cuda")
-    assert speed.bytes_moved == 128 * 16 + 32 * 8 == 2304
-    assert speed.floor_fraction == pytest.approx(2304 / 4e12 / 1e-6)
+    monkeypatch.setattr(speed, "copy_bandwidth", lambda device: 4e12)
+    got = call._gpu_speed(m, m.weight, base, torch.float32, {}, 3, True, 2e-3, "cuda")
+    assert got.bytes_moved == 128 * 16 + 32 * 8 == 2304
+    assert got.floor_fraction == pytest.approx(2304 / 4e12 / 1e-6)
 
 
 class _InWeightDtype(torch.nn.Module):

@@ -32,7 +32,9 @@ from harness.cases.case import Case
 from harness.cases.generate import act_format, generate
 from harness.impls.base import Implementation
 from harness.pipeline import fpenv
+from harness.pipeline.gpushare import TIMING_WAIT, alone
 from harness.pipeline.settings import Settings
+from harness.pipeline.speed import gpu_speed
 from harness.references.errors import Unsupported, out_of_memory
 from harness.references.exact import OUTPUTS, Inputs
 from harness.reports.schema import INFERENCE_OUTPUT
@@ -236,7 +238,8 @@ def later_calls(module, weight, base: Inputs, act_dtype, first: dict, device: st
     `repeats` timed calls — each on fresh copies, prepared before the clock starts — of which the
     last is compared too; forward and backward, or the forward alone where `backward` is False.
     Their median wall time (host-inclusive: Python, launches, the final sync) and, on a GPU, the
-    call's GPU time (harness.pipeline.gputime), measured after everything compared. (per-output
+    call's GPU time (harness.pipeline.speed), measured after everything compared, the worker's
+    judge kept off the GPU meanwhile (harness.pipeline.gpushare). (per-output
     Repeat, Speed or None). `act_dtype`: y's (the bytes moved count it); `name`: the
     implementation's, under which gputime remembers a call that cannot be captured."""
     call = _Call(module, weight, base, grad=backward)
@@ -246,46 +249,35 @@ def later_calls(module, weight, base: Inputs, act_dtype, first: dict, device: st
     if not repeats:
         return got, None
     cuda = device.startswith("cuda")
-    t0 = time.perf_counter()
-    while cuda and time.perf_counter() - t0 < WARMUP_SECONDS:
-        _Call(module, weight, base, grad=backward).run()
-        _sync(device)
-    times = []
-    for _ in range(repeats):
-        c = _Call(module, weight, base, grad=backward)
-        _sync(device)
-        t1 = time.perf_counter()
-        y = c.run()
-        _sync(device)
-        times.append(time.perf_counter() - t1)
-    got = _worse(got, differing(first, {"y": y, **c.grads()}))
-    times.sort()
-    wall = times[len(times) // 2]
-    if not cuda:
-        return got, Speed(wall)
-    return got, _gpu_speed(module, weight, base, act_dtype, first, repeats, backward, wall, device, name)
+    with alone(cuda, TIMING_WAIT):                # the worker's judge off the GPU meanwhile
+        t0 = time.perf_counter()
+        while cuda and time.perf_counter() - t0 < WARMUP_SECONDS:
+            _Call(module, weight, base, grad=backward).run()
+            _sync(device)
+        times = []
+        for _ in range(repeats):
+            c = _Call(module, weight, base, grad=backward)
+            _sync(device)
+            t1 = time.perf_counter()
+            y = c.run()
+            _sync(device)
+            times.append(time.perf_counter() - t1)
+        got = _worse(got, differing(first, {"y": y, **c.grads()}))
+        times.sort()
+        wall = times[len(times) // 2]
+        if not cuda:
+            return got, Speed(wall)
+        return got, _gpu_speed(module, weight, base, act_dtype, first, repeats, backward, wall, device, name)
 
 
 def _gpu_speed(module, weight, base: Inputs, act_dtype, first: dict, repeats: int, backward: bool,
                wall: float, device: str, name: str = "") -> Speed:
-    """The call's GPU time beside its wall time. Everything compared is already compared: whatever
-    goes wrong here (the capture, the profiler, the bandwidth probe's memory) leaves the GPU
-    columns empty and never touches a verdict."""
-    from harness.pipeline.gputime import gpu_time
-
+    """The call's GPU time beside its wall time (harness.pipeline.speed), on fresh calls."""
     def run(c: _Call) -> dict:
         return {"y": c.run(), **c.grads()}
-    try:
-        seconds, method = gpu_time(lambda: _Call(module, weight, base, grad=backward), run, first,
-                                   lambda a, b: not any(r.count for r in differing(a, b).values()), repeats,
-                                   key=name)
-        moved = bytes_moved(base, act_dtype, backward)
-        floor = moved / copy_bandwidth(device) / seconds if seconds > 0 else math.nan   # NaN: no GPU time
-    except BaseException as e:
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        return Speed(wall)
-    return Speed(wall, seconds, method, moved, floor)
+    return gpu_speed(lambda: _Call(module, weight, base, grad=backward), run, first,
+                     lambda a, b: not any(r.count for r in differing(a, b).values()), repeats, wall,
+                     lambda: bytes_moved(base, act_dtype, backward), device, name)
 
 
 def modified(call: _Call, weight, base: Inputs) -> tuple[str, ...]:
@@ -376,23 +368,3 @@ def bytes_moved(inp: Inputs, act_dtype: torch.dtype, backward: bool = True) -> i
     read, written = (INPUTS, OUTPUTS) if backward else (("x", "gate", "weight"), ("y",))
     return (sum(getattr(inp, k).numel() * getattr(inp, k).element_size() for k in read)
             + sum(math.prod(want[k][0]) * want[k][1].itemsize for k in written))
-
-
-_BANDWIDTH: dict = {}
-
-
-def copy_bandwidth(device: str) -> float:
-    """Bytes per second a device-to-device copy of 1 GiB moves (read + write), measured once."""
-    if device not in _BANDWIDTH:
-        a = torch.empty(1 << 30, dtype=torch.uint8, device=device)
-        b = torch.empty_like(a)
-        b.copy_(a)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(10):
-            b.copy_(a)
-        end.record()
-        end.synchronize()
-        _BANDWIDTH[device] = 10 * 2 * a.numel() / (start.elapsed_time(end) / 1e3)
-        del a, b
-    return _BANDWIDTH[device]

@@ -124,8 +124,10 @@ def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
 def judge_loop(conn: Connection, child: int) -> int:
     """Messages in order: ("pair", case, declaration) — its references start at once, while the
     calls run; ("record",) and the record's bytes — the pair's PairResult back; ("reap",) — the
-    implementation's process ended: its exit status back (as Popen.returncode), and this loop ends."""
+    implementation's process ended: its exit status back (as Popen.returncode), and this loop ends.
+    Its work on the GPU holds the worker's GPU (harness.pipeline.gpushare) against the timed calls."""
     from harness.pipeline.call import CallRecord
+    from harness.pipeline.gpushare import JUDGE_WAIT, alone
     from harness.pipeline.judge import Judge
     from harness.pipeline.settings import analysis_device
     from harness.pipeline.wire import WireError, decode
@@ -164,7 +166,8 @@ def judge_loop(conn: Connection, child: int) -> int:
                 threading.Thread(target=warm_cuda, name="warm-cuda", daemon=True).start()
             try:                               # started before the record arrives: overlaps the calls
                 if impl.unsupported(case) is None:     # the declared variants only: it holds no `supports`
-                    judge.references(case, impl)
+                    with alone(analysis_device(case, settings.device) != "cpu", JUDGE_WAIT):
+                        judge.references(case, impl)
             except Exception:                  # noqa: BLE001 — raised again, and reported, in judge()
                 pass
             continue
@@ -173,7 +176,9 @@ def judge_loop(conn: Connection, child: int) -> int:
                 rec = decode(raw)
             except WireError as e:
                 rec = CallRecord("error", f"the implementation's process sent a malformed record ({e})")
-            conn.send(("result", judge.judge(case, impl, rec)))
+            with alone(analysis_device(case, settings.device) != "cpu", JUDGE_WAIT):
+                got = judge.judge(case, impl, rec)
+            conn.send(("result", got))
         except BaseException as e:
             conn.send(("crash", escaped(e)))
 
@@ -196,6 +201,8 @@ def main(impl_fd: int, judge_fd: int, parent: int, warm: tuple[str, ...] = ()) -
         impl.send_bytes(b"crash " + escaped(e).encode())
         judge.send(("crash", escaped(e)))
         return 1
+    from harness.pipeline.gpushare import create
+    create()                                   # one lock, both sides: made before the fork
     me = os.getpid()
     child = os.fork()
     if child == 0:                             # the implementation's process

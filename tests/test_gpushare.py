@@ -1,0 +1,90 @@
+"""A worker's GPU shared by its judge and its implementation's process (harness/pipeline/gpushare.py):
+their GPU work never overlaps the timed calls, and neither side waits past its limit."""
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+from harness.pipeline import call, gpushare, gputime, speed
+
+
+def _hold(seconds, started):
+    with gpushare.alone(True, 5.0) as held:
+        assert held
+        started.set()
+        time.sleep(seconds)
+
+
+def _other_side(seconds):
+    """The lock made before a fork, held by the forked side for `seconds`; (started event, process)."""
+    ctx = multiprocessing.get_context("fork")
+    started = ctx.Event()
+    p = ctx.Process(target=_hold, args=(seconds, started))
+    p.start()
+    assert started.wait(10)
+    return p
+
+
+def test_one_side_waits_while_the_other_holds_the_gpu(monkeypatch):
+    monkeypatch.setattr(gpushare, "_LOCK", None)
+    gpushare.create()
+    p = _other_side(0.6)
+    t0 = time.monotonic()
+    with gpushare.alone(True, 5.0) as held:
+        waited = time.monotonic() - t0
+    p.join()
+    assert held and waited >= 0.3
+
+
+def test_a_wait_ends_at_its_limit_and_the_work_goes_on_unheld(monkeypatch):
+    monkeypatch.setattr(gpushare, "_LOCK", None)
+    gpushare.create()
+    p = _other_side(3.0)
+    t0 = time.monotonic()
+    with gpushare.alone(True, 0.3) as held:
+        waited = time.monotonic() - t0
+    p.terminate()
+    p.join()
+    assert not held and 0.25 <= waited < 2.5
+
+
+def test_off_the_gpu_or_inline_nothing_is_held(monkeypatch):
+    monkeypatch.setattr(gpushare, "_LOCK", None)
+    with gpushare.alone(True, 5.0) as held:            # inline: one process, no lock
+        assert not held
+    gpushare.create()
+    with gpushare.alone(False, 5.0) as held:
+        assert not held and gpushare._LOCK.acquire(timeout=0)    # free: not taken for CPU work
+    gpushare._LOCK.release()
+
+
+def test_the_timed_calls_hold_the_gpu(monkeypatch):
+    """On a GPU, the wall-timed calls and the GPU time are measured with the worker's GPU held."""
+    from tests.test_gputime import FakeCuda
+    from harness.cases.generate import generate
+    from harness.impls.torch_ref import chain
+    from tests.conftest import make_case
+    FakeCuda(monkeypatch)
+    held_during: list = []
+
+    class Recording:
+        held = False
+
+        def acquire(self, timeout):
+            self.held = True
+            return True
+
+        def release(self):
+            self.held = False
+    lock = Recording()
+    monkeypatch.setattr(gpushare, "_LOCK", lock)
+    monkeypatch.setattr(gputime, "gpu_time", lambda *a, **k: held_during.append(lock.held) or (1e-4, "graph"))
+    monkeypatch.setattr(call, "_sync", lambda device: held_during.append(lock.held))
+    monkeypatch.setattr(speed, "copy_bandwidth", lambda device: 4e12)
+    base = generate(make_case(shape=(4, 32)))
+    m = chain(32, eps=base.eps, zero_centered_gamma=False, dtype=base.weight.dtype, device="cpu")
+    first = {"y": m(base.x, base.gate).detach()}
+    _, got = call.later_calls(m, m.weight, base, base.x.dtype, first, "cuda", 3, True, "t")
+    assert held_during[0] is False                     # the second, compared call: not timed
+    assert all(held_during[1:]) and len(held_during) >= 1 + 2 * 3 + 1
+    assert got.gpu_seconds == 1e-4 and not lock.held
