@@ -70,11 +70,9 @@ def warm_cuda() -> None:
 
 
 def preload(names: list[str]) -> None:
-    """List the built-in implementations `names` and import what they wrap (fla and Triton:
-    seconds): a spare of a sweep, in a thread started before its settings arrive, on the import
-    path the command will send. The worker is ready without waiting for it (16 spares importing
-    fla at once on the H200 kept the sweep waiting 6 s for its workers); a pair that needs what is
-    still being imported waits at the import lock."""
+    """List the built-in implementations `names` now (a spare of a sweep, before its settings
+    arrive, on the import path the command will send): that imports what they wrap (fla and
+    Triton: seconds), which the first pair would otherwise wait for."""
     from harness.impls.registry import prepare
     for name in names:
         try:
@@ -93,8 +91,8 @@ def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
         sys.path[:] = list(dict.fromkeys(json.loads(flags["path"]) + sys.path))
     if "cuda" in flags:
         warm_cuda()
-    if flags.get("preload"):                  # beside the pairs: the first needs none of it, or waits
-        threading.Thread(target=preload, args=(flags["preload"].split(","),), name="preload", daemon=True).start()
+    if flags.get("preload"):
+        preload(flags["preload"].split(","))
     try:
         _, settings, path, pinned = conn.recv()
     except EOFError:
@@ -189,7 +187,7 @@ def main(impl_fd: int, judge_fd: int, parent: int, warm: tuple[str, ...] = ()) -
     """The imports first (a spare worker does them while the command checks its input), then the
     fork, then each side's loop. `warm` (a sweep's spare worker), before they wait for their
     settings: "cuda", the implementation's process creates its CUDA context; "preload=NAME,...",
-    it lists those built-in implementations (in a thread), on the import path "path=JSON". (A judge creates its
+    it lists those built-in implementations, on the import path "path=JSON". (A judge creates its
     context when its first case analysed on the GPU arrives.)"""
     die_with_parent(parent)
     first_to_go()
