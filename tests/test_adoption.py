@@ -99,19 +99,15 @@ def kernel(tmp_path_factory):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mykernel\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text("[harness.impls]\nmykernel = mykernel.norm:make\n")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(site)])}
-    done: dict = {}
 
     def run(commit_name: str, *args) -> tuple[int, str]:
-        """pytest in the repository at that commit (each distinct run once); its wall time printed."""
-        key = (commit_name, args)
-        if key not in done:
-            git(repo, "checkout", "-q", c[commit_name])
-            t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfs", *args],
-                               cwd=repo, env=env, capture_output=True, text=True)
-            print(f"adoption: pytest {' '.join(args)} at {commit_name}: {time.perf_counter() - t0:.1f} s")
-            done[key] = (p.returncode, p.stdout + p.stderr)
-        return done[key]
+        """pytest in the repository at that commit; its wall time printed."""
+        git(repo, "checkout", "-q", c[commit_name])
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfs", *args],
+                           cwd=repo, env=env, capture_output=True, text=True)
+        print(f"adoption: pytest {' '.join(args)} at {commit_name}: {time.perf_counter() - t0:.1f} s")
+        return p.returncode, p.stdout + p.stderr
     return repo, c, env, site, run
 
 
@@ -124,11 +120,17 @@ def test_the_test_file_is_short():
     assert len(TEST_FILE.splitlines()) <= 5
 
 
-def test_good_passes_bad_fails_with_the_failure_record(kernel):
+def test_good_passes_with_and_without_xdist(kernel):
     repo, c, env, site, run = kernel
     rc, out = run("good")
     assert rc == 0, out
     assert re.search(r"^3 passed", out, re.M), out       # two cases, one test each, and its own test
+    rc, out = run("good", "-n", "2", "--dist", "loadgroup")
+    assert rc == 0 and re.search(r"^3 passed", out, re.M), out
+
+
+def test_bad_fails_with_the_failure_record_and_xdist_gives_the_same_verdict(kernel):
+    repo, c, env, site, run = kernel
     rc, out = run("bad")
     assert rc == 1, out
     assert "2 failed, 1 passed" in out, out
@@ -143,18 +145,11 @@ def test_good_passes_bad_fails_with_the_failure_record(kernel):
     assert re.search(r"error [0-9.e+-]+ > budget [0-9.e+-]+", body)      # metric, value, budget
     assert re.search(r"worst element: x\[\d+,\d+\]=0x[0-9a-f]{4}", body)
     assert f"replay: harness replay {case_id} --impl mykernel --cases {repo / 'tests' / 'tiny.toml'}" in body
-
-
-def test_xdist_gives_the_same_verdict(kernel):
-    repo, c, env, site, run = kernel
-    rc1, out1 = run("bad")
-    out = repo.parent / "xdist-out"
-    rc2, out2 = run("bad", "-n", "2", "--dist", "loadgroup", f"--harness-out={out}")   # one token: not a rootdir candidate
-    assert (rc1, rc2) == (1, 1), out2
-    assert failed_ids(out2) == failed_ids(out1) and len(failed_ids(out1)) == 2, out2
+    xout = repo.parent / "xdist-out"
+    rc2, out2 = run("bad", "-n", "2", "--dist", "loadgroup", f"--harness-out={xout}")   # one token: not a rootdir candidate
+    assert rc2 == 1, out2
+    assert failed_ids(out2) == ids, out2
     assert "@h64-bf16-bf16-bf16" in out2, out2           # grouped by compile key (--dist loadgroup)
-    with open(out / "results.csv", newline="") as fh:     # the workers' rows, merged by the controller
+    with open(xout / "results.csv", newline="") as fh:    # the workers' rows, merged by the controller
         rows = list(csv.DictReader(fh))
     assert len(rows) == 2 * 10 and {r["status"] for r in rows} >= {"fail"}
-    rc3, out3 = run("good", "-n", "2", "--dist", "loadgroup")
-    assert rc3 == 0 and re.search(r"^3 passed", out3, re.M), out3
