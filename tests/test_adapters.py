@@ -245,11 +245,17 @@ def test_fla_adapters_are_listed_without_importing_fla(monkeypatch):
             assert impl.factory is None and impl.unavailable.startswith("fla")
 
 
-def test_fla_not_importable_is_the_factory_s_error(monkeypatch):
-    monkeypatch.setitem(fla_adapter.KERNELS, "fla", (("no_such_module_of_fla",), ("rms_norm_gated",)))
+def test_fla_not_importable_is_the_factory_s_error_remembered(monkeypatch):
+    monkeypatch.setattr(fla_adapter, "_LOADED", {})
+    monkeypatch.setattr(fla_adapter, "_FOUND", {"fla": "no_such_module_of_fla"})
+    tried = []
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a: tried.append(name) or real(name, *a))
     impl = fla_adapter.fused_implementation(lambda: fla_adapter.load("fla"))
-    with pytest.raises(ImportError, match="fla not importable .ModuleNotFoundError"):
-        impl.factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
+    for _ in range(2):
+        with pytest.raises(ImportError, match="fla not importable .ModuleNotFoundError.*no_such_module_of_fla"):
+            impl.factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
+    assert tried == ["no_such_module_of_fla"]          # the module whose file was found, once a process
 
 
 # A stand-in for fla's RMSNormGated with its signature and defaults (eps=1e-5, norm_before_gate=False)
@@ -321,17 +327,17 @@ def test_fla_factories_keep_their_own_kernels(monkeypatch):
             "fla.modules.norm.layernorm_gated": types.SimpleNamespace(RMSNormGated=StandIn, rmsnorm_fn=standin_fn)}
     for name, mod in mods.items():
         monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.setattr(fla_adapter, "package_file", lambda top, files, needs: (Path(files[0]), ""))
-    fla_adapter.load.cache_clear()
-    try:
-        found = {i.name: i for i in fla_adapter.implementations()}
-        assert found["fla"].unavailable is None and found["fla-gated"].unavailable is None
-        m = found["fla"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
-        assert m.fn is rms_norm_gated
-        g = found["fla-gated"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
-        assert isinstance(g.inner, StandIn)
-    finally:
-        fla_adapter.load.cache_clear()         # the stand-ins must not outlive the test
+    monkeypatch.setattr(fla_adapter, "package_file", lambda top, files, needs: (Path("/site/fla", files[0]), ""))
+    monkeypatch.setattr(fla_adapter, "_LOADED", {})          # the stand-ins must not outlive the test
+    monkeypatch.setattr(fla_adapter, "_FOUND", {})
+    found = {i.name: i for i in fla_adapter.implementations()}
+    assert found["fla"].unavailable is None and found["fla-gated"].unavailable is None
+    assert fla_adapter._FOUND == {"fla": "fla.modules.norm.fused_norm_gate",
+                                  "fla-gated": "fla.modules.norm.layernorm_gated"}
+    m = found["fla"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
+    assert m.fn is rms_norm_gated
+    g = found["fla-gated"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
+    assert isinstance(g.inner, StandIn)
 
 
 def _fla_importable() -> bool:

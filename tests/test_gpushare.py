@@ -3,43 +3,58 @@ their GPU work never overlaps the timed calls, and neither side waits past its l
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 
 from harness.pipeline import call, gpushare, gputime, speed
 
 
-def _hold(seconds, started):
+def _hold(seconds, started, released, exit_holding):
     with gpushare.alone(True, 5.0) as held:
         assert held
         started.set()
         time.sleep(seconds)
+        if exit_holding:
+            os._exit(0)                               # dies holding it: nothing releases a semaphore
+        released.value = time.monotonic()
 
 
-def _other_side(seconds):
-    """The lock made before a fork, held by the forked side for `seconds`; (started event, process)."""
+def _other_side(seconds, exit_holding=False):
+    """The lock made before a fork, held by the forked side for `seconds`: (process, the monotonic
+    time it let go)."""
     ctx = multiprocessing.get_context("fork")
-    started = ctx.Event()
-    p = ctx.Process(target=_hold, args=(seconds, started))
+    started, released = ctx.Event(), ctx.Value("d", 0.0)
+    p = ctx.Process(target=_hold, args=(seconds, started, released, exit_holding))
     p.start()
     assert started.wait(10)
-    return p
+    return p, released
 
 
 def test_one_side_waits_while_the_other_holds_the_gpu(monkeypatch):
     monkeypatch.setattr(gpushare, "_LOCK", None)
     gpushare.create()
-    p = _other_side(0.6)
-    t0 = time.monotonic()
+    p, released = _other_side(0.3)
     with gpushare.alone(True, 5.0) as held:
-        waited = time.monotonic() - t0
+        got_at = time.monotonic()
     p.join()
-    assert held and waited >= 0.3
+    assert held and got_at >= released.value > 0
+
+
+def test_a_dead_holder_ends_the_wait_at_once(monkeypatch):
+    monkeypatch.setattr(gpushare, "_LOCK", None)
+    gpushare.create()
+    p, _ = _other_side(0.0, exit_holding=True)
+    p.join()
+    t0 = time.monotonic()
+    with gpushare.alone(True, 30.0, gone=lambda: not p.is_alive()) as held:
+        waited = time.monotonic() - t0
+    assert not held and waited < 5.0
 
 
 def test_a_wait_ends_at_its_limit_and_the_work_goes_on_unheld(monkeypatch):
     monkeypatch.setattr(gpushare, "_LOCK", None)
     gpushare.create()
-    p = _other_side(3.0)
+    p, _ = _other_side(3.0)
     t0 = time.monotonic()
     with gpushare.alone(True, 0.3) as held:
         waited = time.monotonic() - t0
@@ -88,3 +103,26 @@ def test_the_timed_calls_hold_the_gpu(monkeypatch):
     assert held_during[0] is False                     # the second, compared call: not timed
     assert all(held_during[1:]) and len(held_during) >= 1 + 2 * 3 + 1
     assert got.gpu_seconds == 1e-4 and not lock.held
+
+
+def test_timed_calls_that_could_not_hold_the_gpu_give_no_gpu_figure(monkeypatch):
+    import math
+    from tests.test_gputime import FakeCuda
+    from harness.cases.generate import generate
+    from harness.impls.torch_ref import chain
+    from tests.conftest import make_case
+    FakeCuda(monkeypatch)
+
+    class Busy:                                        # the judge never lets go within the wait
+        def acquire(self, timeout):
+            return False
+    monkeypatch.setattr(gpushare, "_LOCK", Busy())
+    monkeypatch.setattr(gpushare, "SLICE", 0.01)
+    monkeypatch.setattr(call, "TIMING_WAIT", 0.05)
+    monkeypatch.setattr(gputime, "gpu_time", lambda *a, **k: (1e-4, "graph"))
+    monkeypatch.setattr(call, "_sync", lambda device: None)
+    base = generate(make_case(shape=(4, 32)))
+    m = chain(32, eps=base.eps, zero_centered_gamma=False, dtype=base.weight.dtype, device="cpu")
+    first = {"y": m(base.x, base.gate).detach()}
+    _, got = call.later_calls(m, m.weight, base, base.x.dtype, first, "cuda", 3, True, "t")
+    assert got.impl_seconds > 0 and math.isnan(got.gpu_seconds) and got.gpu_method == ""

@@ -184,19 +184,22 @@ def test_regen_writes_budgets_never_below_the_defaults(project, tmp_path):
 
 
 HYPOTHESIS_CONFTEST = """\
-from hypothesis import Phase, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-# the repository's profile: few examples, its own database, no shrinking
+# the repository's profile: few examples, its own database, no shrinking; its kernels take no op
+# variant, so most drawn cases (groups, gate first, sigmoid) are rejected: 50 rejections before a
+# few accepted cases is a matter of luck (one CI run in ~15), not a fault of the test
 settings.register_profile("tiny", max_examples=3, database=DirectoryBasedExampleDatabase("hdb"),
-                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                          suppress_health_check=[HealthCheck.filter_too_much])
 """
 
 HYPOTHESIS_TEST = """\
 import harness.pytest_plugin as hp
 from harness.cases.strategies import cases
 
-small = cases(dtypes=("bf16",), max_hidden=16, max_tokens=4, gate_dtypes=(), weight_dtypes=())
+small = cases(dtypes=("bf16",), max_hidden=16, max_tokens=4, gate_dtypes=(), weight_dtypes=(), activations=("silu",))
 test_good = hp.explore("good=kern:good", small)
 test_bad = hp.explore("bad=kern:bad", small)
 """

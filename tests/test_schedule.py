@@ -56,15 +56,19 @@ def test_every_item_is_taken_exactly_once_across_threads():
     items = [_item(1 + k % 7, f"g{k}") for k in range(400)]
     q = WorkQueue(items)
     got: list = []
+    raised: list = []
     lock = threading.Lock()
 
     def worker():
-        for pair in q.pairs():
-            with lock:
-                got.append(pair)
+        try:
+            for pair in q.pairs():
+                with lock:
+                    got.append(pair)
+        except BaseException as e:                      # a race in take() would surface here
+            raised.append(e)
     ts = [threading.Thread(target=worker) for _ in range(8)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    assert sorted(got) == sorted(p for it in items for p in it.pairs)
+    assert not raised and sorted(got) == sorted(p for it in items for p in it.pairs)

@@ -100,19 +100,31 @@ KERNELS = {"fla": (("fla.modules.norm.fused_norm_gate", "fla.modules.fused_norm_
 NEEDS = ("triton",)                    # what the kernels' files import besides torch and fla
 
 
-@functools.cache
+_LOADED: dict[str, tuple | ImportError] = {}      # entry -> its objects, or why they did not import
+_FOUND: dict[str, str] = {}                        # entry -> the module whose file implementations() found
+
+
 def load(name: str) -> tuple:
-    """Entry `name`'s objects from fla, imported at its first factory call — in the implementation's
-    process, never in the command that lists it — or ImportError saying why not."""
-    modules, names = KERNELS[name]
-    err: Exception | None = None
-    for m in modules:
-        try:
-            mod = importlib.import_module(m)
-            return tuple(getattr(mod, n) for n in names)
-        except Exception as e:          # triton missing or broken, or an older layout
-            err = e
-    raise ImportError(f"fla not importable ({type(err).__name__}: {err})")
+    """Entry `name`'s objects from the fla module whose file was found (else the first of its
+    layouts that imports), imported at its first factory call — in the
+    implementation's process, never in the command that lists it — or ImportError saying why not
+    (remembered: a broken install is imported once a process, not once a pair)."""
+    if name not in _LOADED:
+        modules, names = KERNELS[name]
+        err: Exception | None = None
+        for m in ((_FOUND[name],) if name in _FOUND else modules):
+            try:
+                mod = importlib.import_module(m)
+                _LOADED[name] = tuple(getattr(mod, n) for n in names)
+                break
+            except Exception as e:          # triton missing or broken, or an older layout
+                err = e
+        else:
+            _LOADED[name] = ImportError(f"fla not importable ({type(err).__name__}: {err})")
+    got = _LOADED[name]
+    if isinstance(got, ImportError):
+        raise ImportError(str(got))
+    return got
 
 
 def prepare(name: str) -> None:
@@ -130,11 +142,12 @@ def implementations() -> list[Implementation]:
     nothing for a top-level name), the kernels imported by the factory."""
     out = []
     for name, build in (("fla", fused_implementation), ("fla-gated", gated_implementation)):
-        files = tuple(m.removeprefix("fla.").replace(".", "/") + ".py" for m in KERNELS[name][0])
-        path, why = package_file("fla", files, NEEDS)
+        files = {m.removeprefix("fla.").replace(".", "/") + ".py": m for m in KERNELS[name][0]}
+        path, why = package_file("fla", tuple(files), NEEDS)
         if path is None:                # never skip silently: say why
             out.append(Implementation(name, None, devices=("cuda",), source="builtin", spec=name, unavailable=why,
                                       notes="pip install fla-core (CUDA + Triton)"))
-        else:
+        else:                           # the module of the file found: its own import error, if any
+            _FOUND[name] = next(m for rel, m in files.items() if path.as_posix().endswith(rel))
             out.append(build(functools.partial(load, name)))
     return out

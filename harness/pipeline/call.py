@@ -239,7 +239,8 @@ def later_calls(module, weight, base: Inputs, act_dtype, first: dict, device: st
     last is compared too; forward and backward, or the forward alone where `backward` is False.
     Their median wall time (host-inclusive: Python, launches, the final sync) and, on a GPU, the
     call's GPU time (harness.pipeline.speed), measured after everything compared, the worker's
-    judge kept off the GPU meanwhile (harness.pipeline.gpushare). (per-output
+    judge kept off the GPU meanwhile (harness.pipeline.gpushare; where it could not be, no GPU
+    time). The wait for it counts in the implementation's timed-call seconds. (per-output
     Repeat, Speed or None). `act_dtype`: y's (the bytes moved count it); `name`: the
     implementation's, under which gputime remembers a call that cannot be captured."""
     call = _Call(module, weight, base, grad=backward)
@@ -249,7 +250,7 @@ def later_calls(module, weight, base: Inputs, act_dtype, first: dict, device: st
     if not repeats:
         return got, None
     cuda = device.startswith("cuda")
-    with alone(cuda, TIMING_WAIT):                # the worker's judge off the GPU meanwhile
+    with alone(cuda, TIMING_WAIT) as held:        # the worker's judge off the GPU meanwhile
         t0 = time.perf_counter()
         while cuda and time.perf_counter() - t0 < WARMUP_SECONDS:
             _Call(module, weight, base, grad=backward).run()
@@ -265,7 +266,7 @@ def later_calls(module, weight, base: Inputs, act_dtype, first: dict, device: st
         got = _worse(got, differing(first, {"y": y, **c.grads()}))
         times.sort()
         wall = times[len(times) // 2]
-        if not cuda:
+        if not cuda or not held:                  # beside the judge's GPU work: no GPU figure
             return got, Speed(wall)
         return got, _gpu_speed(module, weight, base, act_dtype, first, repeats, backward, wall, device, name)
 

@@ -141,6 +141,14 @@ def judge_loop(conn: Connection, child: int) -> int:
         conn.send(("crash", escaped(e)))
         return 1
     conn.send(("ready", os.getpid(), child))
+
+    def gone() -> bool:
+        """Whether the implementation's process has ended (it is not reaped: ("reap",) does that)."""
+        try:
+            return os.waitid(os.P_PID, child, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
     case = impl = None
     on_gpu = False
     while True:
@@ -166,7 +174,7 @@ def judge_loop(conn: Connection, child: int) -> int:
                 threading.Thread(target=warm_cuda, name="warm-cuda", daemon=True).start()
             try:                               # started before the record arrives: overlaps the calls
                 if impl.unsupported(case) is None:     # the declared variants only: it holds no `supports`
-                    with alone(analysis_device(case, settings.device) != "cpu", JUDGE_WAIT):
+                    with alone(analysis_device(case, settings.device) != "cpu", JUDGE_WAIT, gone):
                         judge.references(case, impl)
             except Exception:                  # noqa: BLE001 — raised again, and reported, in judge()
                 pass
@@ -176,7 +184,7 @@ def judge_loop(conn: Connection, child: int) -> int:
                 rec = decode(raw)
             except WireError as e:
                 rec = CallRecord("error", f"the implementation's process sent a malformed record ({e})")
-            with alone(analysis_device(case, settings.device) != "cpu", JUDGE_WAIT):
+            with alone(rec.status == "ran" and analysis_device(case, settings.device) != "cpu", JUDGE_WAIT, gone):
                 got = judge.judge(case, impl, rec)
             conn.send(("result", got))
         except BaseException as e:
