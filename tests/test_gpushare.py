@@ -126,3 +126,65 @@ def test_timed_calls_that_could_not_hold_the_gpu_give_no_gpu_figure(monkeypatch)
     first = {"y": m(base.x, base.gate).detach()}
     _, got = call.later_calls(m, m.weight, base, base.x.dtype, first, "cuda", 3, True, "t")
     assert got.impl_seconds > 0 and math.isnan(got.gpu_seconds) and got.gpu_method == ""
+
+
+class _Declared:
+    """An implementation's declaration as the judge receives it (pickled, by reference)."""
+
+    def unsupported(self, case):
+        return None
+
+
+def test_the_judge_holds_the_gpu_for_its_gpu_work_on_records_that_ran(monkeypatch):
+    """judge_loop over a pipe, with a stub Judge and every case analysed on the GPU: the references
+    and the judging of a record that ran hold the worker's GPU; an error record's does not."""
+    import threading
+    from multiprocessing import Pipe
+    from harness.pipeline import judge as judge_module, serve, settings as settings_module
+    from harness.pipeline.call import CallRecord
+    from harness.pipeline.settings import Settings
+    from harness.pipeline.wire import encode
+    from tests.conftest import make_case
+
+    class Recording:
+        held = False
+
+        def acquire(self, timeout):
+            self.held = True
+            return True
+
+        def release(self):
+            self.held = False
+    lock, seen = Recording(), []
+
+    class StubJudge:
+        def __init__(self, s):
+            pass
+
+        def check_environment(self, pool=False):
+            pass
+
+        def references(self, case, impl):
+            seen.append(("references", lock.held))
+
+        def judge(self, case, impl, rec):
+            seen.append(("judge", rec.status, lock.held))
+            return rec.status
+    monkeypatch.setattr(gpushare, "_LOCK", lock)
+    monkeypatch.setattr(judge_module, "Judge", StubJudge)
+    monkeypatch.setattr(settings_module, "analysis_device", lambda case, device: "cuda")
+    monkeypatch.setattr(serve, "warm_cuda", lambda: None)
+    ours, theirs = Pipe()
+    t = threading.Thread(target=serve.judge_loop, args=(theirs, os.getpid()), daemon=True)
+    t.start()
+    ours.send(("settings", Settings(device="cuda")))
+    assert ours.recv()[0] == "ready"
+    case = make_case()
+    for rec in (CallRecord("ran"), CallRecord("error", "raised")):
+        ours.send(("pair", case, _Declared()))
+        ours.send(("record",))
+        ours.send_bytes(encode(rec))
+        assert ours.recv() == ("result", rec.status)
+    ours.send(("exit",))
+    t.join(10)
+    assert seen == [("references", True), ("judge", "ran", True), ("references", True), ("judge", "error", False)]
