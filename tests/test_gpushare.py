@@ -73,33 +73,40 @@ def test_off_the_gpu_or_inline_nothing_is_held(monkeypatch):
     gpushare._LOCK.release()
 
 
-def test_the_timed_calls_hold_the_gpu(monkeypatch):
-    """On a GPU, the wall-timed calls and the GPU time are measured with the worker's GPU held."""
+class _RecordingLock:
+    """A lock that is always free and says whether it is held."""
+    held = False
+
+    def acquire(self, timeout):
+        self.held = True
+        return True
+
+    def release(self):
+        self.held = False
+
+
+def _timed_calls(monkeypatch):
+    """later_calls of a small eager call on a fake CUDA device, 3 timed calls: its Speed."""
     from tests.test_gputime import FakeCuda
     from harness.cases.generate import generate
     from harness.impls.torch_ref import chain
     from tests.conftest import make_case
     FakeCuda(monkeypatch)
-    held_during: list = []
-
-    class Recording:
-        held = False
-
-        def acquire(self, timeout):
-            self.held = True
-            return True
-
-        def release(self):
-            self.held = False
-    lock = Recording()
-    monkeypatch.setattr(gpushare, "_LOCK", lock)
-    monkeypatch.setattr(gputime, "gpu_time", lambda *a, **k: held_during.append(lock.held) or (1e-4, "graph"))
-    monkeypatch.setattr(call, "_sync", lambda device: held_during.append(lock.held))
     monkeypatch.setattr(speed, "copy_bandwidth", lambda device: 4e12)
     base = generate(make_case(shape=(4, 32)))
     m = chain(32, eps=base.eps, zero_centered_gamma=False, dtype=base.weight.dtype, device="cpu")
     first = {"y": m(base.x, base.gate).detach()}
-    _, got = call.later_calls(m, m.weight, base, base.x.dtype, first, "cuda", 3, True, "t")
+    return call.later_calls(m, m.weight, base, base.x.dtype, first, "cuda", 3, True, "t")[1]
+
+
+def test_the_timed_calls_hold_the_gpu(monkeypatch):
+    """On a GPU, the wall-timed calls and the GPU time are measured with the worker's GPU held."""
+    held_during: list = []
+    lock = _RecordingLock()
+    monkeypatch.setattr(gpushare, "_LOCK", lock)
+    monkeypatch.setattr(gputime, "gpu_time", lambda *a, **k: held_during.append(lock.held) or (1e-4, "graph"))
+    monkeypatch.setattr(call, "_sync", lambda device: held_during.append(lock.held))
+    got = _timed_calls(monkeypatch)
     assert held_during[0] is False                     # the second, compared call: not timed
     assert all(held_during[1:]) and len(held_during) >= 1 + 2 * 3 + 1
     assert got.gpu_seconds == 1e-4 and not lock.held
@@ -107,11 +114,6 @@ def test_the_timed_calls_hold_the_gpu(monkeypatch):
 
 def test_timed_calls_that_could_not_hold_the_gpu_give_no_gpu_figure(monkeypatch):
     import math
-    from tests.test_gputime import FakeCuda
-    from harness.cases.generate import generate
-    from harness.impls.torch_ref import chain
-    from tests.conftest import make_case
-    FakeCuda(monkeypatch)
 
     class Busy:                                        # the judge never lets go within the wait
         def acquire(self, timeout):
@@ -121,10 +123,7 @@ def test_timed_calls_that_could_not_hold_the_gpu_give_no_gpu_figure(monkeypatch)
     monkeypatch.setattr(call, "TIMING_WAIT", 0.05)
     monkeypatch.setattr(gputime, "gpu_time", lambda *a, **k: (1e-4, "graph"))
     monkeypatch.setattr(call, "_sync", lambda device: None)
-    base = generate(make_case(shape=(4, 32)))
-    m = chain(32, eps=base.eps, zero_centered_gamma=False, dtype=base.weight.dtype, device="cpu")
-    first = {"y": m(base.x, base.gate).detach()}
-    _, got = call.later_calls(m, m.weight, base, base.x.dtype, first, "cuda", 3, True, "t")
+    got = _timed_calls(monkeypatch)
     assert got.impl_seconds > 0 and math.isnan(got.gpu_seconds) and got.gpu_method == ""
 
 
@@ -146,16 +145,7 @@ def test_the_judge_holds_the_gpu_for_its_gpu_work_on_records_that_ran(monkeypatc
     from harness.pipeline.wire import encode
     from tests.conftest import make_case
 
-    class Recording:
-        held = False
-
-        def acquire(self, timeout):
-            self.held = True
-            return True
-
-        def release(self):
-            self.held = False
-    lock, seen = Recording(), []
+    lock, seen = _RecordingLock(), []
 
     class StubJudge:
         def __init__(self, s):

@@ -50,24 +50,24 @@ def builtins() -> dict[str, Implementation]:
     return {k: v for m in _modules() for k, v in _listed(m).items()}
 
 
+def _module_of(name: str):
+    """The module of harness.impls whose NAMES has `name`, or None."""
+    return next((m for m in _modules() if name in m.NAMES), None)
+
+
 def builtin(name: str) -> Implementation | None:
     """The built-in implementation `name`, listing only the module whose NAMES has it (resolving
     `torch` does not import fla); None where no built-in has that name."""
-    for m in _modules():
-        if name in m.NAMES:
-            return _listed(m).get(name)
-    return None
+    m = _module_of(name)
+    return None if m is None else _listed(m).get(name)
 
 
 def prepare(name: str) -> None:
     """List the built-in `name` and import what it wraps, where its module says how (`prepare(name)`:
     an adapter imports its library at the first factory call, not when listed)."""
-    for m in _modules():
-        if name in m.NAMES:
-            _listed(m)
-            if hasattr(m, "prepare") and name in _listed(m) and _listed(m)[name].unavailable is None:
-                m.prepare(name)
-            return
+    impl = builtin(name)
+    if impl is not None and impl.unavailable is None and hasattr(m := _module_of(name), "prepare"):
+        m.prepare(name)
 
 
 def check_name(name: str) -> str:

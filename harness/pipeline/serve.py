@@ -150,7 +150,8 @@ def judge_loop(conn: Connection, child: int) -> int:
             return True
 
     case = impl = None
-    on_gpu = False
+    on_gpu = False                             # this judge's CUDA context started
+    gpu_case = False                           # the pair's case is analysed on the GPU
     while True:
         try:
             msg = conn.recv()
@@ -165,7 +166,8 @@ def judge_loop(conn: Connection, child: int) -> int:
             return 0
         if msg[0] == "pair":
             _, case, impl = msg
-            if not on_gpu and analysis_device(case, settings.device) != "cpu":
+            gpu_case = analysis_device(case, settings.device) != "cpu"
+            if gpu_case and not on_gpu:
                 # its CUDA context in a thread, while this case's inputs are drawn on the CPU; not
                 # sooner: a judge of small cases needs none, and the driver creates a machine's
                 # contexts largely one at a time (16 at once took ~3 s each on the H200), so the
@@ -174,7 +176,7 @@ def judge_loop(conn: Connection, child: int) -> int:
                 threading.Thread(target=warm_cuda, name="warm-cuda", daemon=True).start()
             try:                               # started before the record arrives: overlaps the calls
                 if impl.unsupported(case) is None:     # the declared variants only: it holds no `supports`
-                    with alone(analysis_device(case, settings.device) != "cpu", JUDGE_WAIT, gone):
+                    with alone(gpu_case, JUDGE_WAIT, gone):
                         judge.references(case, impl)
             except Exception:                  # noqa: BLE001 — raised again, and reported, in judge()
                 pass
@@ -184,7 +186,7 @@ def judge_loop(conn: Connection, child: int) -> int:
                 rec = decode(raw)
             except WireError as e:
                 rec = CallRecord("error", f"the implementation's process sent a malformed record ({e})")
-            with alone(rec.status == "ran" and analysis_device(case, settings.device) != "cpu", JUDGE_WAIT, gone):
+            with alone(gpu_case and rec.status == "ran", JUDGE_WAIT, gone):
                 got = judge.judge(case, impl, rec)
             conn.send(("result", got))
         except BaseException as e:
