@@ -128,9 +128,11 @@ def judge_loop(conn: Connection, child: int) -> int:
     Its work on the GPU holds the worker's GPU (harness.pipeline.gpushare) against the timed calls."""
     from harness.pipeline.call import CallRecord
     from harness.pipeline.gpushare import JUDGE_WAIT, alone
+    from harness.pipeline.heap import keep_freed_memory
     from harness.pipeline.judge import Judge
     from harness.pipeline.settings import analysis_device
     from harness.pipeline.wire import WireError, decode
+    keep_freed_memory()
     try:
         _, settings = conn.recv()
         judge = Judge(settings)
