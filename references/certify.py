@@ -3,25 +3,29 @@
 float64 gives each output to within `bound * gauge` (references.exact.float64_error_bound).
 Where the interval value +- that bound rounds to one value of the target format, that value is
 the correctly rounded answer. Where it straddles a rounding boundary (a midpoint between two
-neighbours, including exact ties), float64 cannot decide: those elements, and only those, are
-recomputed in mpmath and rounded there (ties to even)."""
+neighbours, including exact ties), float64 cannot decide. Most such elements of a wide group are
+undecided only for the float64 sums' error (G - 1 roundings): their rows are computed again with
+correctly rounded group sums (references.exact.EXACT_SUMS, a bound G times tighter), which decides
+them; the rest, and only those, are recomputed in mpmath and rounded there (ties to even)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from harness.references import mp
 from harness.references.accel import undecided_mask
-from harness.references.exact import Inputs, exact_outputs, float64_error_bound
-from harness.references.formats import Format, round_to
+from harness.references.exact import EXACT_SUMS, Inputs, exact_outputs, float64_error_bound
+from harness.references.formats import Format, round_to, undecided
 
 # mpmath works row by row (a row of H elements costs H exps): beyond these many undecided elements
 # per output, or for dweight beyond this many case elements, the rest is left uncertified (and
 # counted as such) rather than stalling a sweep. Small cases are always certified in full.
 MP_DWEIGHT_LIMIT = 200_000
 MP_ROW_ELEMENTS = 1 << 14      # mpmath row work per output: rows * H (~20 us an element on one core)
+# Rows * H recomputed with exact group sums per output (~0.1 us an element: math.fsum of each group).
+REFINE_ELEMENTS = 1 << 22
 
 
 @dataclass
@@ -29,7 +33,7 @@ class Certified:
     golden: torch.Tensor       # correctly rounded value in the target format, held in float64
     value64: torch.Tensor      # the float64 value
     flagged: int               # elements float64 could not decide
-    certified: int             # of those, decided by mpmath
+    certified: int             # of those, decided by exact group sums or mpmath
     uncertified: int           # flagged but left to float64 (over the caps above)
     mp_seconds: float = 0.0    # time spent in mpmath
 
@@ -38,15 +42,21 @@ class Certified:
 
 def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
             values=None, gauges=None, mp_dweight_limit: int = MP_DWEIGHT_LIMIT,
-            row_elements: int = MP_ROW_ELEMENTS, row_cache: dict | None = None) -> Certified:
+            row_elements: int = MP_ROW_ELEMENTS, row_cache: dict | None = None,
+            refine_elements: int = REFINE_ELEMENTS) -> Certified:
+    """The golden values of `output` in `fmt`. `refine_elements` 0: no exact-sum pass (every
+    undecided element goes to mpmath, within its caps)."""
     if values is None:
         values, gauges = exact_outputs(inp, with_mid=output in ("mid", "dmid"))
     v = values[output]
     bound = float64_error_bound(inp)[output] * gauges[output]
     golden = round_to(v, fmt)
     mask = undecided_mask(v, bound, fmt)
+    flagged = int(mask.sum())
+    refined = 0
+    if flagged and refine_elements and (inp.tokens if output == "dweight" else inp.group) > 2:
+        golden, mask, refined = _refine(inp, output, fmt, golden, mask, refine_elements)
     flat = mask.reshape(-1).nonzero().reshape(-1).cpu().tolist()
-    flagged = len(flat)
     if output == "dweight" and flagged and inp.x.numel() > mp_dweight_limit:
         return Certified(golden, v, flagged, 0, flagged)
     whole = output == "dx" or not inp.norm_before_gate
@@ -60,7 +70,34 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
         golden = g.reshape(golden.shape).to(golden.device)
         if whole and output != "dweight" and row_cache is not None:
             mp.mark_whole(row_cache, {_group_of(k, inp.hidden, inp.group) for k in todo}, dps)
-    return Certified(golden, v, flagged, len(todo), flagged - len(todo), time.perf_counter() - t0)
+    done = refined + len(todo)
+    return Certified(golden, v, flagged, done, flagged - done, time.perf_counter() - t0)
+
+
+def _refine(inp: Inputs, output: str, fmt: Format, golden: torch.Tensor, mask: torch.Tensor, limit: int):
+    """(golden, mask, decided): the undecided elements of `output` computed again, where the case
+    is, with every sum within one rounding (EXACT_SUMS) — their rows, as many as `limit` elements
+    allow (one at least); dweight, every row, up to `limit` — where that value +- its bound rounds to one
+    value, it is the golden value and the element is decided."""
+    h = inp.hidden
+    if output == "dweight":
+        if inp.x.numel() > limit:
+            return golden, mask, 0
+        sub, rows = inp, slice(None)
+    else:
+        rows = mask.reshape(-1, h).any(-1).nonzero().reshape(-1)[:max(1, limit // h)].to(inp.x.device)
+        sub = replace(inp, x=inp.x.reshape(-1, h)[rows], gate=inp.gate.reshape(-1, h)[rows],
+                      dy=inp.dy.reshape(-1, h)[rows])
+    values, gauges = exact_outputs(sub, with_mid=output in ("mid", "dmid"), arithmetic=EXACT_SUMS)
+    v = values[output].reshape(-1, h).to(golden.device)
+    bound = float64_error_bound(sub, exact_sums=True)[output] * gauges[output].reshape(-1, h).to(golden.device)
+    open_ = undecided(v, bound, fmt)
+    rows = rows if isinstance(rows, slice) else rows.to(golden.device)
+    g, m = golden.reshape(-1, h).clone(), mask.reshape(-1, h).clone()
+    decided = m[rows] & ~open_
+    g[rows] = torch.where(decided, round_to(v, fmt), g[rows])
+    m[rows] = m[rows] & open_
+    return g.reshape(golden.shape), m.reshape(mask.shape), int(decided.sum())
 
 
 def _group_of(k: int, hidden: int, group: int) -> tuple[int, int]:

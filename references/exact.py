@@ -13,7 +13,7 @@ import torch
 
 from harness.references.closed_forms import OUTPUTS, ExactHooks, Op, forward_backward
 
-__all__ = ["OUTPUTS", "Inputs", "Gauged", "FLOAT64", "exact_outputs", "float64_error_bound",
+__all__ = ["OUTPUTS", "Inputs", "Gauged", "FLOAT64", "EXACT_SUMS", "exact_outputs", "float64_error_bound",
            "group_mean", "token_sum"]
 
 
@@ -136,6 +136,60 @@ class Float64(ExactHooks):
 FLOAT64 = Float64()
 
 
+def _two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, e): s = fl(a + b) and e = a + b - s exactly (Knuth's TwoSum, any order of magnitudes)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def double_double_sum(v: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dim, pairwise in double-double arithmetic, rounded once to float64.
+
+    Each level adds pairs (hi, lo) exactly in hi (TwoSum) and rounds only the sum of the low parts
+    (each below u of its high part): a level errs by at most ~2u^2 of its terms' absolute sum, so
+    log2(n) levels err by far less than u of it, and the result by at most one rounding (0.5u of
+    the sum) plus that: within one float64 rounding of the terms' absolute sum, whatever n."""
+    hi, lo = v, torch.zeros_like(v)
+    while hi.shape[-1] > 1:
+        if hi.shape[-1] % 2:
+            pad = torch.zeros_like(hi[..., :1])
+            hi, lo = torch.cat([hi, pad], -1), torch.cat([lo, pad], -1)
+        s, e = _two_sum(hi[..., 0::2], hi[..., 1::2])
+        hi, lo = _two_sum(s, e + (lo[..., 0::2] + lo[..., 1::2]))
+    return (hi + lo)[..., 0]
+
+
+def exact_group_mean(v: torch.Tensor, group: int) -> torch.Tensor:
+    """group_mean with each group's sum within one rounding (double_double_sum), then divided."""
+    h = v.shape[-1]
+    m = double_double_sum(v.reshape(*v.shape[:-1], h // group, group)).unsqueeze(-1) / group
+    return m.expand(*v.shape[:-1], h // group, group).reshape(v.shape)
+
+
+class ExactSums(Float64):
+    """Float64 with every sum (the mean of squares, the projection's mean, dweight's token sum)
+    within one rounding of its terms: the error of every output is then that of a case with
+    G = T = 2 (float64_error_bound(exact_sums=True))."""
+
+    @staticmethod
+    def mean_of_squares(u: Gauged, group: int) -> Gauged:
+        m = exact_group_mean(u.v * u.v, group)
+        return Gauged(m, m)
+
+    @staticmethod
+    def group_mean(v: Gauged, group: int) -> Gauged:
+        return Gauged(exact_group_mean(v.v, group), group_mean(v.g, group))
+
+    @staticmethod
+    def token_sum(v: Gauged) -> Gauged:
+        rows = v.v.reshape(-1, v.v.shape[-1])
+        return Gauged(double_double_sum(rows.transpose(0, 1)), token_sum(v.g))
+
+
+EXACT_SUMS = ExactSums()
+
+
 def gauged_inputs(inp: Inputs) -> tuple[Gauged, Gauged, Gauged, Gauged]:
     """x, gate, g, dy as Gauged float64 (exact: every input format is a subset of float64); g is
     the gamma (weight + 1 when zero-centred, exact), passed on as the weight with zero-centring done."""
@@ -147,26 +201,31 @@ def gauged_inputs(inp: Inputs) -> tuple[Gauged, Gauged, Gauged, Gauged]:
     return g64(inp.x), g64(inp.gate), Gauged(g, g.abs()), g64(inp.dy)
 
 
-def exact_outputs(inp: Inputs, with_mid: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def exact_outputs(inp: Inputs, with_mid: bool = False, arithmetic: Float64 = FLOAT64
+                  ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Exact (float64) values and gauges of y, dx, dgate, dweight (and of mid, dmid: the first op's
-    output and its gradient, when asked)."""
+    output and its gradient, when asked); `arithmetic` EXACT_SUMS: with correctly rounded group sums."""
     x, t, g, dy = gauged_inputs(inp)
     op = replace(inp.op, zero_centered_gamma=False)          # g carries the + 1 already
-    q = forward_backward(x, t, g, dy, op, FLOAT64)
+    q = forward_backward(x, t, g, dy, op, arithmetic)
     keys = OUTPUTS + (("mid", "dmid") if with_mid else ())
     return {k: q[k].v for k in keys}, {k: q[k].g for k in keys}
 
 
-def float64_error_bound(inp: Inputs) -> dict[str, float]:
+def float64_error_bound(inp: Inputs, exact_sums: bool = False) -> dict[str, float]:
     """Relative-to-gauge bound on the float64 rounding error of `exact_outputs`.
 
     A generous count of float64 operations on each path: the G-term mean of squares, rsqrt,
     sigmoid/exp (a few ulps each), products, and the G- or T-term sums of the backward; the gate-first
     order adds the activation's exp before the norm (+32). A sigmoid gate has one product fewer than
     silu on each path: the same bound holds for both activations. Used by certification to decide where float64
-    cannot tell the correctly rounded answer."""
+    cannot tell the correctly rounded answer.
+
+    The G and T terms are the float64 sums' (a sum of n terms errs by at most n - 1 roundings of
+    its terms' absolute sum). With `exact_sums` (EXACT_SUMS: every sum within one rounding, as a
+    sum of two terms is) the bound is that of G = T = 2."""
     u64 = 2.0 ** -53
-    g, t = inp.group, inp.tokens
+    g, t = (min(inp.group, 2), min(inp.tokens, 2)) if exact_sums else (inp.group, inp.tokens)
     if inp.norm_before_gate:
         base = 32 + g
         bound = {"y": base, "dgate": base + 16, "dx": 2 * base + g, "dweight": base + t,
