@@ -27,7 +27,7 @@ from harness.impls.base import Implementation
 from harness.pipeline.drive import Pipeline, isolated
 from harness.pipeline.settings import Settings
 from harness.reports.rundir import OUTPUTS as RUN_FILES
-from harness.reports.rundir import PAIR_TIMING, RESULTS, TIMING, RunDir, results_frame
+from harness.reports.rundir import PAIR_TIMING, RESULTS, TIMING, RunDir
 from harness.resume import resume_rows
 from harness.schedule import WorkQueue, compile_key, work_items
 from harness.worker import DEFAULT_TIMEOUT, sweep_envs
@@ -167,8 +167,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     timings["worker_start"] = min(ready) - m0 if ready else 0.0
     df = pd.concat([kept, pd.DataFrame(new_rows)], ignore_index=True) if new_rows else kept
     if len(df):
-        df = results_frame(_suite_order(df, sw.cases, sw.impls))
-        rd.write_results(df)
+        df = rd.write_results(_suite_order(df, sw.cases, sw.impls))
     got = set(zip(df["case_id"], df["impl"])) if len(df) else set()
     unfinished = sorted(planned - got)
     rd.write_frame(TIMING, pd.DataFrame(sorted(timings.items()), columns=["stage", "seconds"]))

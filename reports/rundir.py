@@ -65,12 +65,14 @@ def _try_flock(fd: int) -> bool | None:
 
 def read_csv(path, text=TEXT_COLUMNS) -> pd.DataFrame:
     """A CSV of this harness (a path or a binary buffer): text columns stay text (never NaN: an
-    implementation called "NA" or "None" keeps its name), numbers may be blank."""
+    implementation called "NA" or "None" keeps its name), numbers may be blank. Each column's type
+    is inferred from the whole file (low_memory=False): read in chunks, a column blank in some
+    (`repeatable` on skip rows) came back mixed, with a DtypeWarning on the command's output."""
     head = pd.read_csv(path, nrows=0).columns
     if hasattr(path, "seek"):
         path.seek(0)
     return pd.read_csv(path, dtype={c: str for c in text if c in head}, keep_default_na=False,
-                       na_values={c: _NA for c in head if c not in text})
+                       na_values={c: _NA for c in head if c not in text}, low_memory=False)
 
 
 def read_results(path: Path) -> pd.DataFrame:
@@ -108,12 +110,6 @@ def results_text(df: pd.DataFrame) -> str:
     cols = list(columns())
     cols += [c for c in d.columns if c not in cols]
     return d.reindex(columns=cols).to_csv(index=False)
-
-
-def results_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """`df` as read back from the results.csv text it makes (the types every reader sees), without
-    reading the file."""
-    return read_csv(io.StringIO(results_text(df)))
 
 
 class RunDir:
@@ -173,8 +169,12 @@ class RunDir:
     def read_results(self) -> pd.DataFrame:
         return read_results(self.results)
 
-    def write_results(self, df: pd.DataFrame) -> None:
-        self.write_text(RESULTS, results_text(df))
+    def write_results(self, df: pd.DataFrame) -> pd.DataFrame:
+        """results.csv, whole and atomically; returns `df` as read back from that text: the types
+        every reader sees, without reading the file (or rendering the text twice)."""
+        text = results_text(df)
+        self.write_text(RESULTS, text)
+        return read_csv(io.StringIO(text))
 
     def repair_for_resume(self, expected: dict[str, set]) -> pd.DataFrame:
         """The complete pairs in results.csv, for resuming: a torn last line (a write cut short)

@@ -320,3 +320,20 @@ def test_a_spare_is_not_taken_for_another_path_nor_once_its_implementation_proce
         w.stop()
     finally:
         W.drop_spares()
+
+
+def test_results_read_back_one_type_per_column_without_a_warning(tmp_path):
+    """A column blank on most rows (`repeatable` on skip rows, here past pandas' first chunk) reads
+    back as one type, from the text written and from the file, with no DtypeWarning."""
+    import warnings
+
+    from harness.reports.rundir import read_results
+    rows = [{"case_id": f"c{k}", "impl": "x", "output": "y", "reference": "exact", "status": "pass",
+             "repeatable": True if k % 50 == 0 or k > 40000 else None} for k in range(60000)]
+    rd = RunDir(tmp_path).create()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = rd.write_results(pd.DataFrame(rows))
+        again = read_results(rd.results)
+    for d in (back, again):
+        assert len(d) == 60000 and int(d["repeatable"].eq(True).sum()) == 801 + 19999
