@@ -54,6 +54,21 @@ def test_inductor_pass_compiles_the_closed_forms(group, nbg, activation):
     within_bound(exact_outputs_compiled(inp), inp)
 
 
+@pytest.mark.parametrize("nbg", [True, False])
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_certification_of_a_case_on_the_gpu_is_the_cpu_one(nbg):
+    """A big case is certified where it is analysed: its exact-sum pass (double-double sums) runs on
+    the GPU, and every golden value is the CPU's (which elements float64 flags may differ: the GPU
+    sums in another order), none left uncertified."""
+    from harness.references.certify import certify
+    base = make_inputs((8, 4096), torch.float32, seed=7, gate_scale=4.0)
+    inp = Inputs(base.x, base.gate, base.weight, base.dy, base.eps, False, None, nbg)
+    for out in ("y", "dx", "dgate", "dweight"):
+        cpu, gpu = certify(inp, out, fmt_of("fp32")), certify(inp.to("cuda"), out, fmt_of("fp32"))
+        assert gpu.golden.is_cuda and torch.equal(gpu.golden.cpu(), cpu.golden), out
+        assert gpu.uncertified == cpu.uncertified == 0, out
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA"))])
 def test_compiled_undecided_mask_is_the_eager_one_bit_for_bit(device):
