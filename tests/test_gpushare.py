@@ -63,10 +63,10 @@ def test_a_wait_ends_at_its_limit_and_the_work_goes_on_unheld(monkeypatch):
     assert not held and 0.25 <= waited < 2.5
 
 
-def test_off_the_gpu_or_inline_nothing_is_held(monkeypatch):
+def test_off_the_gpu_nothing_is_held_and_inline_the_gpu_is_the_pairs(monkeypatch):
     monkeypatch.setattr(gpushare, "_LOCK", None)
-    with gpushare.alone(True, 5.0) as held:            # inline: one process, no lock
-        assert not held
+    with gpushare.alone(True, 5.0) as alone:           # inline: one process, no lock, no other side
+        assert alone
     gpushare.create()
     with gpushare.alone(False, 5.0) as held:
         assert not held and gpushare._LOCK.acquire(timeout=0)    # free: not taken for CPU work
@@ -110,6 +110,16 @@ def test_the_timed_calls_hold_the_gpu(monkeypatch):
     assert held_during[0] is False                     # the second, compared call: not timed
     assert all(held_during[1:]) and len(held_during) >= 1 + 2 * 3 + 1
     assert got.gpu_seconds == 1e-4 and not lock.held
+
+
+def test_inline_timed_calls_give_a_gpu_figure(monkeypatch):
+    """No lock (an inline pair, harness.verify, the pytest plugin): nothing to share the GPU with,
+    so the GPU time is measured (it was not, on the H200, after the lock was made mandatory)."""
+    monkeypatch.setattr(gpushare, "_LOCK", None)
+    monkeypatch.setattr(gputime, "gpu_time", lambda *a, **k: (1e-4, "graph"))
+    monkeypatch.setattr(call, "_sync", lambda device: None)
+    got = _timed_calls(monkeypatch)
+    assert got.gpu_seconds == 1e-4 and got.gpu_method == "graph"
 
 
 def test_timed_calls_that_could_not_hold_the_gpu_give_no_gpu_figure(monkeypatch):
