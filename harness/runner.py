@@ -167,7 +167,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     timings["worker_start"] = min(ready) - m0 if ready else 0.0
     df = pd.concat([kept, pd.DataFrame(new_rows)], ignore_index=True) if new_rows else kept
     if len(df):
-        df = rd.write_results(_suite_order(df, sw.cases, sw.impls))
+        df = rd.write_results(_suite_order(df, sw.cases, sw.impls), read_back=True)
     got = set(zip(df["case_id"], df["impl"])) if len(df) else set()
     unfinished = sorted(planned - got)
     rd.write_frame(TIMING, pd.DataFrame(sorted(timings.items()), columns=["stage", "seconds"]))

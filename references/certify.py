@@ -4,9 +4,10 @@ float64 gives each output to within `bound * gauge` (references.exact.float64_er
 Where the interval value +- that bound rounds to one value of the target format, that value is
 the correctly rounded answer. Where it straddles a rounding boundary (a midpoint between two
 neighbours, including exact ties), float64 cannot decide. Most such elements of a wide group are
-undecided only for the float64 sums' error (G - 1 roundings): their rows are computed again with
-correctly rounded group sums (references.exact.EXACT_SUMS, a bound G times tighter), which decides
-them; the rest, and only those, are recomputed in mpmath and rounded there (ties to even)."""
+undecided only for the float64 sums' error (G - 1 roundings each): their rows are computed again
+with every sum within one rounding (references.exact.EXACT_SUMS, whose bound is a G = T = 2
+case's), which decides most of them; the rest, and only those, are recomputed in mpmath and
+rounded there (ties to even)."""
 from __future__ import annotations
 
 import time
@@ -24,7 +25,8 @@ from harness.references.formats import Format, round_to, undecided
 # counted as such) rather than stalling a sweep. Small cases are always certified in full.
 MP_DWEIGHT_LIMIT = 200_000
 MP_ROW_ELEMENTS = 1 << 14      # mpmath row work per output: rows * H (~20 us an element on one core)
-# Rows * H recomputed with exact group sums per output (~0.1 us an element: math.fsum of each group).
+# Rows * H an output's exact-sum pass recomputes at most (its undecided elements' rows; dweight's:
+# every row, or none past this).
 REFINE_ELEMENTS = 1 << 22
 
 
@@ -54,11 +56,12 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     mask = undecided_mask(v, bound, fmt)
     flagged = int(mask.sum())
     refined = 0
-    if flagged and refine_elements and (inp.tokens if output == "dweight" else inp.group) > 2:
+    if flagged and refine_elements and \
+            float64_error_bound(inp, exact_sums=True)[output] < float64_error_bound(inp)[output]:
         golden, mask, refined = _refine(inp, output, fmt, golden, mask, refine_elements)
     flat = mask.reshape(-1).nonzero().reshape(-1).cpu().tolist()
-    if output == "dweight" and flagged and inp.x.numel() > mp_dweight_limit:
-        return Certified(golden, v, flagged, 0, flagged)
+    if output == "dweight" and flat and inp.x.numel() > mp_dweight_limit:
+        return Certified(golden, v, flagged, refined, flagged - refined)
     whole = output == "dx" or not inp.norm_before_gate
     todo = flat if output == "dweight" else \
         _within_row_budget(flat, inp.hidden, inp.group, row_elements, row_cache, whole, dps)
@@ -91,7 +94,7 @@ def _refine(inp: Inputs, output: str, fmt: Format, golden: torch.Tensor, mask: t
     values, gauges = exact_outputs(sub, with_mid=output in ("mid", "dmid"), arithmetic=EXACT_SUMS)
     v = values[output].reshape(-1, h).to(golden.device)
     bound = float64_error_bound(sub, exact_sums=True)[output] * gauges[output].reshape(-1, h).to(golden.device)
-    open_ = undecided(v, bound, fmt)
+    open_ = undecided(v, bound, fmt) | ~torch.isfinite(v)      # an overflowed sum is mpmath's to say
     rows = rows if isinstance(rows, slice) else rows.to(golden.device)
     g, m = golden.reshape(-1, h).clone(), mask.reshape(-1, h).clone()
     decided = m[rows] & ~open_

@@ -146,10 +146,13 @@ def _two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def double_double_sum(v: torch.Tensor) -> torch.Tensor:
     """Sum over the last dim, pairwise in double-double arithmetic, rounded once to float64.
 
-    Each level adds pairs (hi, lo) exactly in hi (TwoSum) and rounds only the sum of the low parts
-    (each below u of its high part): a level errs by at most ~2u^2 of its terms' absolute sum, so
+    Each level adds pairs (hi, lo) exactly in hi (TwoSum) and rounds only the sums of the low parts
+    (each below u of its high part): a level errs by at most ~3u^2 of its terms' absolute sum, so
     log2(n) levels err by far less than u of it, and the result by at most one rounding (0.5u of
-    the sum) plus that: within one float64 rounding of the terms' absolute sum, whatever n."""
+    the sum) plus that: within one float64 rounding of the terms' absolute sum, whatever n. An
+    infinite or NaN term makes the sum NaN (TwoSum's inf - inf), not inf."""
+    if v.shape[-1] == 0:
+        return v.sum(-1)
     hi, lo = v, torch.zeros_like(v)
     while hi.shape[-1] > 1:
         if hi.shape[-1] % 2:
@@ -222,8 +225,9 @@ def float64_error_bound(inp: Inputs, exact_sums: bool = False) -> dict[str, floa
     cannot tell the correctly rounded answer.
 
     The G and T terms are the float64 sums' (a sum of n terms errs by at most n - 1 roundings of
-    its terms' absolute sum). With `exact_sums` (EXACT_SUMS: every sum within one rounding, as a
-    sum of two terms is) the bound is that of G = T = 2."""
+    its terms' absolute sum). With `exact_sums` (EXACT_SUMS: every sum within one rounding of its
+    terms' absolute sum, a mean's division one more) the bound is that of G = T = 2, whose terms
+    count those two roundings; the O(u^2 log n) of the double-double sums is within the constants."""
     u64 = 2.0 ** -53
     g, t = (min(inp.group, 2), min(inp.tokens, 2)) if exact_sums else (inp.group, inp.tokens)
     if inp.norm_before_gate:

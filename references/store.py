@@ -41,7 +41,7 @@ from harness.references.certify import Certified
 from harness.references.exact import OUTPUTS, Inputs
 from harness.references.formats import Format, fmt_of
 
-STORE_FORMAT = 2                             # 2: op variants in the key, no n / dn arrays
+STORE_FORMAT = 3                             # 3: certified by the exact-sum pass too; 2: op variants in the key
 QUANTITIES = OUTPUTS                         # what CaseReferences.values / .gauges hold
 _INPUT_FIELDS = ("x", "gate", "weight", "dy")
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}

@@ -169,12 +169,12 @@ class RunDir:
     def read_results(self) -> pd.DataFrame:
         return read_results(self.results)
 
-    def write_results(self, df: pd.DataFrame) -> pd.DataFrame:
-        """results.csv, whole and atomically; returns `df` as read back from that text: the types
-        every reader sees, without reading the file (or rendering the text twice)."""
+    def write_results(self, df: pd.DataFrame, read_back: bool = False) -> pd.DataFrame | None:
+        """results.csv, whole and atomically; with `read_back`, `df` as read back from that text:
+        the types every reader sees, without reading the file (or rendering the text twice)."""
         text = results_text(df)
         self.write_text(RESULTS, text)
-        return read_csv(io.StringIO(text))
+        return read_csv(io.StringIO(text)) if read_back else None
 
     def repair_for_resume(self, expected: dict[str, set]) -> pd.DataFrame:
         """The complete pairs in results.csv, for resuming: a torn last line (a write cut short)

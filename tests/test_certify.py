@@ -12,7 +12,7 @@ import torch
 from harness.references import mp
 from harness.references.certify import certify
 from harness.references.formats import undecided
-from harness.references.exact import EXACT_SUMS, Inputs, double_double_sum, exact_outputs, float64_error_bound
+from harness.references.exact import Inputs, exact_outputs, float64_error_bound
 from harness.references.formats import fmt_of, round_to
 from tests.conftest import make_inputs
 
@@ -283,57 +283,6 @@ def test_all_values_within_float64_bound(shape, gate, zc):
         assert exact[k].shape == values[k].shape, k
         err = (values[k] - exact[k]).abs()
         assert torch.all(err <= bound[k] * gauges[k] + 1e-300), (k, float((err / gauges[k]).max()))
-
-
-@pytest.mark.parametrize("group_size, nbg, activation", [(None, True, "silu"), (None, False, "silu"),
-                                                          (64, True, "sigmoid"), (64, False, "silu")])
-def test_exact_sums_within_their_bound(group_size, nbg, activation):
-    """EXACT_SUMS' values (every sum within one rounding) against mpmath at every element: within
-    float64_error_bound(exact_sums=True), the bound of a G = T = 2 case, here for G = 64 and 256
-    and T = 6; and that bound is far tighter than float64's own for these G and T."""
-    base = make_inputs((6, 256), torch.float32, seed=5, gate_scale=6.0, gate_shift=-1.0)
-    inp = Inputs(base.x, base.gate, base.weight, base.dy, base.eps, False, group_size, nbg, activation)
-    values, gauges = exact_outputs(inp, with_mid=True, arithmetic=EXACT_SUMS)
-    exact = mp.all_values(inp, dps=50)
-    tight, loose = float64_error_bound(inp, exact_sums=True), float64_error_bound(inp)
-    for k in ("mid", "dmid", "y", "dgate", "dx", "dweight"):
-        err = (values[k] - exact[k]).abs()
-        assert torch.all(err <= tight[k] * gauges[k] + 1e-300), (k, float((err / gauges[k]).max()))
-        assert tight[k] <= loose[k]
-    assert tight["dx"] * 2 < loose["dx"] and tight["dweight"] < loose["dweight"]
-
-
-def test_double_double_sum_is_fsum_within_one_rounding():
-    """double_double_sum against math.fsum (correctly rounded) on sums that cancel across 40 binades:
-    within 1 float64 rounding of the terms' absolute sum (here: equal), odd lengths included."""
-    g = torch.Generator().manual_seed(2)
-    for n in (1, 2, 3, 7, 64, 1000, 4097):
-        v = torch.randn(5, n, generator=g, dtype=torch.float64) * 2.0 ** torch.randint(-20, 20, (5, n), generator=g)
-        v = torch.cat([v, -v[:, : n // 2] * (1 + 2.0 ** -50)], -1)
-        got = double_double_sum(v)
-        want = torch.tensor([math.fsum(r) for r in v.tolist()], dtype=torch.float64)
-        assert torch.all((got - want).abs() <= 2.0 ** -53 * v.abs().sum(-1)), n
-
-
-@pytest.mark.parametrize("nbg, outputs", [(True, ("dx",)), (False, ("dgate", "dmid"))])
-def test_exact_sum_pass_decides_as_mpmath_does(nbg, outputs, monkeypatch):
-    """float32 outputs of a 4096-wide group: float64's 4096-term sums leave elements undecided
-    (41 of dx's norm first, 7 of dgate's and 2 of dmid's gate first) that the exact-sum pass
-    decides without mpmath, each to the value mpmath alone gives (refine_elements=0): the pass
-    changes who certifies, never a value."""
-    base = make_inputs((8, 4096), torch.float32, seed=7, gate_scale=4.0)
-    inp = Inputs(base.x, base.gate, base.weight, base.dy, base.eps, False, None, nbg)
-    values, gauges = exact_outputs(inp, with_mid=True)
-    alone = {k: certify(inp, k, FP32, values=values, gauges=gauges, refine_elements=0, row_elements=1 << 30)
-             for k in outputs}
-
-    def no_mpmath(*a, **k):
-        raise AssertionError("the exact-sum pass left an element to mpmath")
-    monkeypatch.setattr(mp, "values", no_mpmath)
-    for k in outputs:
-        c = certify(inp, k, FP32, values=values, gauges=gauges)
-        assert c.flagged == alone[k].flagged >= 2 and c.certified == c.flagged and c.uncertified == 0, k
-        assert torch.equal(c.golden, alone[k].golden), k
 
 
 def test_all_values_match_values_and_row():

@@ -67,6 +67,8 @@ def test_off_the_gpu_nothing_is_held_and_inline_the_gpu_is_the_pairs(monkeypatch
     monkeypatch.setattr(gpushare, "_LOCK", None)
     with gpushare.alone(True, 5.0) as alone:           # inline: one process, no lock, no other side
         assert alone
+    with gpushare.alone(False, 5.0) as alone:          # CPU work: nothing held, nothing claimed
+        assert not alone
     gpushare.create()
     with gpushare.alone(False, 5.0) as held:
         assert not held and gpushare._LOCK.acquire(timeout=0)    # free: not taken for CPU work

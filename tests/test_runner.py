@@ -333,7 +333,7 @@ def test_results_read_back_one_type_per_column_without_a_warning(tmp_path):
     rd = RunDir(tmp_path).create()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        back = rd.write_results(pd.DataFrame(rows))
+        back = rd.write_results(pd.DataFrame(rows), read_back=True)
         again = read_results(rd.results)
     for d in (back, again):
         assert len(d) == 60000 and int(d["repeatable"].eq(True).sum()) == 801 + 19999

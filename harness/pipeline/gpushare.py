@@ -34,8 +34,10 @@ def create() -> None:
 def alone(on: bool, wait: float, gone: Callable[[], bool] = lambda: False):
     """Hold the worker's GPU for the block where `on` (the work is on the GPU), waiting at most
     `wait` seconds and no longer once `gone()` (the other side has died); not `on` holds nothing.
-    Yields whether the block has the GPU to itself: held, or no lock at all (an inline pair: its
-    judge and its calls are one process, one after the other, with no other side to wait for)."""
+    Yields whether the block has the GPU to itself: held, or `on` with no lock at all (an inline
+    pair: its judge and its calls are one process, one after the other, with no other side to wait
+    for; other processes on the same GPU — pytest-xdist workers running inline pairs — share it as
+    a sweep's other workers do)."""
     held = False
     if on and _LOCK is not None:
         end = time.monotonic() + wait
@@ -43,7 +45,7 @@ def alone(on: bool, wait: float, gone: Callable[[], bool] = lambda: False):
             if time.monotonic() >= end or gone():
                 break
     try:
-        yield held or _LOCK is None
+        yield held or (on and _LOCK is None)
     finally:
         if held:
             _LOCK.release()
