@@ -82,7 +82,7 @@ def run_step(worktree: Path, impl: str, cases: str, device: str, results_root: P
             if b.returncode != 0:
                 return _note(out, sha, SKIP, f"--build exited {b.returncode}", "", cwd, roots, log)
         fh.flush()
-        cmd = [sys.executable, "-m", "harness.bisect_judge", "--impl", impl, "--cases", cases,
+        cmd = [sys.executable, "-P", "-m", "harness.bisect_judge", "--impl", impl, "--cases", cases,
                "--device", device, "--out", str(out)] + [a for r in roots for a in ("--root", str(r))]
         r = subprocess.run(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
     try:
@@ -300,7 +300,9 @@ def bisect(repo: str, good_rev: str, bad_rev: str, impl: str, cases: str, device
     repo_dir, good, bad, prefix, cases, spec = _validate(repo, good_rev, bad_rev, impl, cases)
     tmp = Path(tempfile.mkdtemp(prefix="harness-bisect-"))
     wt, results = tmp / "worktree", tmp / "results"
-    step_cmd = [sys.executable, "-m", "harness.bisect", "--step", "--impl", spec, "--cases", cases,
+    # -P: the worktree, the steps' working directory, is not put first on the path (a `harness`
+    # folder in the repository bisected is never the harness that judges it)
+    step_cmd = [sys.executable, "-P", "-m", "harness.bisect", "--step", "--impl", spec, "--cases", cases,
                 "--device", device, "--results", str(results)]
     step_cmd += ["--prefix", prefix] if prefix else []
     step_cmd += ["--build", build] if build else []
