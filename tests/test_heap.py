@@ -41,10 +41,10 @@ print(default, faults())
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_kept_memory_is_not_faulted_in_again():
-    """The same passes again, once the heap has grown: kept, no page faults at all; at glibc's
-    starting thresholds every freed block goes back to the kernel and is faulted in again
-    (10 passes of three 8 MB tensors: ~60 000 faults)."""
+    """The same passes again, once the heap has grown: at glibc's starting thresholds every freed
+    block goes back to the kernel and is faulted in again (10 passes of three 8 MB tensors: ~61 000
+    faults); kept, none (or, in one CI run under load, one tensor's 2048: the heap grew once more)."""
     out = subprocess.run([sys.executable, "-c", FAULTS], capture_output=True, text=True, check=True,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     default, kept = map(int, out.stdout.split())
-    assert kept < 50 and default > 10_000, (kept, default)
+    assert default > 10_000 and kept * 10 < default, (kept, default)
