@@ -40,8 +40,6 @@ class Certified:
     mp_seconds: float = 0.0    # time spent in mpmath
 
 
-
-
 def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
             values=None, gauges=None, mp_dweight_limit: int = MP_DWEIGHT_LIMIT,
             row_elements: int = MP_ROW_ELEMENTS, row_cache: dict | None = None,
@@ -51,14 +49,13 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     if values is None:
         values, gauges = exact_outputs(inp, with_mid=output in ("mid", "dmid"))
     v = values[output]
-    bound = float64_error_bound(inp)[output] * gauges[output]
+    loose, tight = (float64_error_bound(inp, exact_sums=e)[output] for e in (False, True))
     golden = round_to(v, fmt)
-    mask = undecided_mask(v, bound, fmt)
+    mask = undecided_mask(v, loose * gauges[output], fmt)
     flagged = int(mask.sum())
     refined = 0
-    if flagged and refine_elements and \
-            float64_error_bound(inp, exact_sums=True)[output] < float64_error_bound(inp)[output]:
-        golden, mask, refined = _refine(inp, output, fmt, golden, mask, refine_elements)
+    if flagged and refine_elements and tight < loose:
+        golden, mask, refined = _refine(inp, output, fmt, golden, mask, tight, refine_elements)
     flat = mask.reshape(-1).nonzero().reshape(-1).cpu().tolist()
     if output == "dweight" and flat and inp.x.numel() > mp_dweight_limit:
         return Certified(golden, v, flagged, refined, flagged - refined)
@@ -77,10 +74,12 @@ def certify(inp: Inputs, output: str, fmt: Format, *, dps: int = mp.DEFAULT_DPS,
     return Certified(golden, v, flagged, done, flagged - done, time.perf_counter() - t0)
 
 
-def _refine(inp: Inputs, output: str, fmt: Format, golden: torch.Tensor, mask: torch.Tensor, limit: int):
+def _refine(inp: Inputs, output: str, fmt: Format, golden: torch.Tensor, mask: torch.Tensor, tight: float,
+            limit: int):
     """(golden, mask, decided): the undecided elements of `output` computed again, where the case
-    is, with every sum within one rounding (EXACT_SUMS) — their rows, as many as `limit` elements
-    allow (one at least); dweight, every row, up to `limit` — where that value +- its bound rounds to one
+    is, with every sum within one rounding (EXACT_SUMS, whose relative bound is `tight`: the
+    case's, which holds for any of its rows) — their rows, as many as `limit` elements allow (one
+    at least); dweight, every row, up to `limit`. Where that value +- its bound rounds to one
     value, it is the golden value and the element is decided."""
     h = inp.hidden
     if output == "dweight":
@@ -93,7 +92,7 @@ def _refine(inp: Inputs, output: str, fmt: Format, golden: torch.Tensor, mask: t
                       dy=inp.dy.reshape(-1, h)[rows])
     values, gauges = exact_outputs(sub, with_mid=output in ("mid", "dmid"), arithmetic=EXACT_SUMS)
     v = values[output].reshape(-1, h).to(golden.device)
-    bound = float64_error_bound(sub, exact_sums=True)[output] * gauges[output].reshape(-1, h).to(golden.device)
+    bound = tight * gauges[output].reshape(-1, h).to(golden.device)
     open_ = undecided(v, bound, fmt) | ~torch.isfinite(v)      # an overflowed sum is mpmath's to say
     rows = rows if isinstance(rows, slice) else rows.to(golden.device)
     g, m = golden.reshape(-1, h).clone(), mask.reshape(-1, h).clone()

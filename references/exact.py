@@ -56,18 +56,60 @@ class Inputs:
 
 # ------------------------------------------------------------------ reductions over float64 tensors
 
-def group_mean(v: torch.Tensor, group: int) -> torch.Tensor:
-    """Mean over each consecutive group of `group` channels of the last dim, broadcastable to v."""
+def _mean_last(v: torch.Tensor) -> torch.Tensor:
+    return v.mean(-1, keepdim=True)
+
+
+def group_mean(v: torch.Tensor, group: int, mean=_mean_last) -> torch.Tensor:
+    """Mean over each consecutive group of `group` channels of the last dim, broadcastable to v;
+    `mean`: the mean over the last dim, kept (torch's, or exact_mean_last's)."""
     h = v.shape[-1]
     if group == h:
-        return v.mean(-1, keepdim=True)
-    m = v.reshape(*v.shape[:-1], h // group, group).mean(-1, keepdim=True)
+        return mean(v)
+    m = mean(v.reshape(*v.shape[:-1], h // group, group))
     return m.expand(*v.shape[:-1], h // group, group).reshape(v.shape)
 
 
 def token_sum(v: torch.Tensor) -> torch.Tensor:
     """Sum over every leading dimension: [..., H] -> [H]."""
     return v.reshape(-1, v.shape[-1]).sum(0)
+
+
+def _two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, e): s = fl(a + b) and e = a + b - s exactly (Knuth's TwoSum, any order of magnitudes)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def double_double_sum(v: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dim, pairwise in double-double arithmetic, rounded once to float64.
+
+    Each level adds pairs (hi, lo) exactly in hi (TwoSum) and rounds only the sums of the low parts
+    (each below u of its high part): a level errs by at most ~3u^2 of its terms' absolute sum, so
+    log2(n) levels err by far less than u of it, and the result by at most one rounding (0.5u of
+    the sum) plus that: within one float64 rounding of the terms' absolute sum, whatever n. An
+    infinite or NaN term makes the sum NaN (TwoSum's inf - inf), not inf."""
+    if v.shape[-1] == 0:
+        return v.sum(-1)
+    hi, lo = v, torch.zeros_like(v)
+    while hi.shape[-1] > 1:
+        if hi.shape[-1] % 2:
+            pad = torch.zeros_like(hi[..., :1])
+            hi, lo = torch.cat([hi, pad], -1), torch.cat([lo, pad], -1)
+        s, e = _two_sum(hi[..., 0::2], hi[..., 1::2])
+        hi, lo = _two_sum(s, e + (lo[..., 0::2] + lo[..., 1::2]))
+    return (hi + lo)[..., 0]
+
+
+def exact_mean_last(v: torch.Tensor) -> torch.Tensor:
+    """The mean over the last dim, kept, its sum within one rounding (double_double_sum)."""
+    return double_double_sum(v).unsqueeze(-1) / v.shape[-1]
+
+
+def exact_token_sum(v: torch.Tensor) -> torch.Tensor:
+    """token_sum within one rounding of each column's terms (double_double_sum)."""
+    return double_double_sum(v.reshape(-1, v.shape[-1]).transpose(0, 1))
 
 
 # ------------------------------------------------------------------ the gauged float64 arithmetic
@@ -119,75 +161,30 @@ class Float64(ExactHooks):
         r = torch.rsqrt(v.v)
         return Gauged(r, r)
 
-    @staticmethod
-    def mean_of_squares(u: Gauged, group: int) -> Gauged:
-        m = group_mean(u.v * u.v, group)
+    # the values' reductions (a subclass may sum more accurately); a gauge's are always these
+    mean_last = staticmethod(_mean_last)
+    total = staticmethod(token_sum)
+
+    def mean_of_squares(self, u: Gauged, group: int) -> Gauged:
+        m = group_mean(u.v * u.v, group, self.mean_last)
         return Gauged(m, m)
 
-    @staticmethod
-    def group_mean(v: Gauged, group: int) -> Gauged:
-        return Gauged(group_mean(v.v, group), group_mean(v.g, group))
+    def group_mean(self, v: Gauged, group: int) -> Gauged:
+        return Gauged(group_mean(v.v, group, self.mean_last), group_mean(v.g, group))
 
-    @staticmethod
-    def token_sum(v: Gauged) -> Gauged:
-        return Gauged(token_sum(v.v), token_sum(v.g))
+    def token_sum(self, v: Gauged) -> Gauged:
+        return Gauged(self.total(v.v), token_sum(v.g))
 
 
 FLOAT64 = Float64()
-
-
-def _two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(s, e): s = fl(a + b) and e = a + b - s exactly (Knuth's TwoSum, any order of magnitudes)."""
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
-def double_double_sum(v: torch.Tensor) -> torch.Tensor:
-    """Sum over the last dim, pairwise in double-double arithmetic, rounded once to float64.
-
-    Each level adds pairs (hi, lo) exactly in hi (TwoSum) and rounds only the sums of the low parts
-    (each below u of its high part): a level errs by at most ~3u^2 of its terms' absolute sum, so
-    log2(n) levels err by far less than u of it, and the result by at most one rounding (0.5u of
-    the sum) plus that: within one float64 rounding of the terms' absolute sum, whatever n. An
-    infinite or NaN term makes the sum NaN (TwoSum's inf - inf), not inf."""
-    if v.shape[-1] == 0:
-        return v.sum(-1)
-    hi, lo = v, torch.zeros_like(v)
-    while hi.shape[-1] > 1:
-        if hi.shape[-1] % 2:
-            pad = torch.zeros_like(hi[..., :1])
-            hi, lo = torch.cat([hi, pad], -1), torch.cat([lo, pad], -1)
-        s, e = _two_sum(hi[..., 0::2], hi[..., 1::2])
-        hi, lo = _two_sum(s, e + (lo[..., 0::2] + lo[..., 1::2]))
-    return (hi + lo)[..., 0]
-
-
-def exact_group_mean(v: torch.Tensor, group: int) -> torch.Tensor:
-    """group_mean with each group's sum within one rounding (double_double_sum), then divided."""
-    h = v.shape[-1]
-    m = double_double_sum(v.reshape(*v.shape[:-1], h // group, group)).unsqueeze(-1) / group
-    return m.expand(*v.shape[:-1], h // group, group).reshape(v.shape)
 
 
 class ExactSums(Float64):
     """Float64 with every sum (the mean of squares, the projection's mean, dweight's token sum)
     within one rounding of its terms: the error of every output is then that of a case with
     G = T = 2 (float64_error_bound(exact_sums=True))."""
-
-    @staticmethod
-    def mean_of_squares(u: Gauged, group: int) -> Gauged:
-        m = exact_group_mean(u.v * u.v, group)
-        return Gauged(m, m)
-
-    @staticmethod
-    def group_mean(v: Gauged, group: int) -> Gauged:
-        return Gauged(exact_group_mean(v.v, group), group_mean(v.g, group))
-
-    @staticmethod
-    def token_sum(v: Gauged) -> Gauged:
-        rows = v.v.reshape(-1, v.v.shape[-1])
-        return Gauged(double_double_sum(rows.transpose(0, 1)), token_sum(v.g))
+    mean_last = staticmethod(exact_mean_last)
+    total = staticmethod(exact_token_sum)
 
 
 EXACT_SUMS = ExactSums()
@@ -207,7 +204,7 @@ def gauged_inputs(inp: Inputs) -> tuple[Gauged, Gauged, Gauged, Gauged]:
 def exact_outputs(inp: Inputs, with_mid: bool = False, arithmetic: Float64 = FLOAT64
                   ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Exact (float64) values and gauges of y, dx, dgate, dweight (and of mid, dmid: the first op's
-    output and its gradient, when asked); `arithmetic` EXACT_SUMS: with correctly rounded group sums."""
+    output and its gradient, when asked); `arithmetic` EXACT_SUMS: every sum within one rounding."""
     x, t, g, dy = gauged_inputs(inp)
     op = replace(inp.op, zero_centered_gamma=False)          # g carries the + 1 already
     q = forward_backward(x, t, g, dy, op, arithmetic)

@@ -95,5 +95,6 @@ def test_a_non_finite_value_is_left_to_mpmath():
     assert math.isnan(float(values["dweight"][2]))
     from harness.references import certify as certify_module
     got = certify_module._refine(inp, "dweight", FP32, torch.zeros(8, dtype=torch.float64),
-                                 torch.ones(8, dtype=torch.bool), 1 << 20)
+                                 torch.ones(8, dtype=torch.bool),
+                                 float64_error_bound(inp, exact_sums=True)["dweight"], 1 << 20)
     assert bool(got[1][2]) and float(got[0][2]) == 0.0 and got[2] >= 1     # column 2 still undecided; others not
