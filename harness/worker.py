@@ -29,6 +29,9 @@ import time
 from multiprocessing.connection import Connection
 from typing import NoReturn
 
+from harness import worker_template
+from harness.worker_template import drain
+
 DEFAULT_TIMEOUT = 600.0          # seconds a pair may take (first calls compile and autotune)
 # Seconds a new worker may take to import torch and the harness before it counts as broken; not
 # part of a pair's --timeout (a loaded CI box can take longer than a short --timeout to start one).
@@ -103,31 +106,41 @@ def base_env() -> dict:
 class Process:
     """One worker's processes, as the command sees them: the judge (the process started, a session
     leader, and the implementation's process's parent), the two sockets, and the thread that
-    drains their output onto our stderr."""
+    drains their output onto our stderr. The judge is forked from a worker template
+    (harness.worker_template: torch and the harness already imported) wherever one can serve, else
+    a fresh interpreter (`fresh`, or no template: `forked` says which)."""
 
-    def __init__(self, env: dict, warm: tuple[str, ...] = (), path: list[str] | None = None):
+    def __init__(self, env: dict, warm: tuple[str, ...] = (), path: list[str] | None = None, fresh: bool = False):
         """`warm`, `path`: a spare's (harness.pipeline.serve's flags; `path`, the import path it
         lists its built-ins on, None where it lists none)."""
-        impl, impl_child = socket.socketpair()
-        judge, judge_child = socket.socketpair()
         env = dict(env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        # -P: the current directory is not put first on the path, so a `harness` folder there (another
-        # checkout's) is never the worker's harness; the command sends its own path, plug-ins included
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "harness.pipeline.serve", str(impl_child.fileno()),
-             str(judge_child.fileno()), str(os.getpid()), *warm, *(["path=" + json.dumps(path)] if path else [])],
-            pass_fds=(impl_child.fileno(), judge_child.fileno()), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        impl_child.close()
-        judge_child.close()
+        flags = (*warm, *(["path=" + json.dumps(path)] if path else []))
+        got = None if fresh else worker_template.fork(env, flags, START_TIMEOUT)
+        self.forked = got is not None
+        if got is not None:
+            self.proc, impl, judge, out = got
+        else:
+            impl, impl_child = socket.socketpair()
+            judge, judge_child = socket.socketpair()
+            # -P: the current directory is not put first on the path, so a `harness` folder there
+            # (another checkout's) is never the worker's harness; the command sends its own path,
+            # plug-ins included
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", "harness.pipeline.serve", str(impl_child.fileno()),
+                 str(judge_child.fileno()), str(os.getpid()), *flags],
+                pass_fds=(impl_child.fileno(), judge_child.fileno()), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            impl_child.close()
+            judge_child.close()
+            out = self.proc.stdout
         self.impl, self.judge = Connection(impl.detach()), Connection(judge.detach())
         self.impl_pid: int | None = None
         self.path = path
-        threading.Thread(target=_drain, args=(self.proc.stdout,), name="worker-output", daemon=True).start()
+        threading.Thread(target=drain, args=(out,), name="worker-output", daemon=True).start()
 
     @property
-    def pid(self) -> int:
+    def pid(self) -> int | None:
         return self.proc.pid
 
     def waiting(self) -> bool:
@@ -151,29 +164,14 @@ class Process:
         """Kill every process of the worker's tree and group; reap it; its exit status."""
         for c in (self.impl, self.judge):
             c.close()
-        kill_tree(self.proc.pid)
+        pid = self.proc.pid if not self.forked else self.proc.forked_pid()
+        if pid is None:          # not forked yet: given its closed sockets, it ends as soon as it is
+            return self.proc.poll()
+        kill_tree(pid)
         try:
             return self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             return None
-
-
-def _drain(pipe) -> None:
-    """A worker's output onto the command's standard error (file descriptor 2), until every
-    process holding the pipe has ended."""
-    fd = pipe.fileno()
-    while True:
-        try:
-            chunk = os.read(fd, 1 << 16)
-        except OSError:
-            return
-        if not chunk:
-            pipe.close()
-            return
-        try:
-            os.write(2, chunk)
-        except OSError:
-            pass
 
 
 def descendants(pid: int) -> list[int]:

@@ -49,19 +49,21 @@ class Worker:
         """Start a worker — or take a spare started with the same environment that listed its
         built-ins (if any) on this import path, and is still waiting — and wait until both its
         processes are ready; None, or why it could not start. A spare that fails to start (its
-        implementation's process died or hung while it imported) is replaced by a fresh worker."""
+        implementation's process died or hung while it imported) is replaced by a fresh worker, and
+        one forked from a template that failed by a fresh interpreter (which says why)."""
         env = base_env() if self.env is None else dict(self.env)
         path = list(sys.path)
         spare = next((k for k, (e, p) in enumerate(_SPARE)
                       if e == env and (p.path is None or p.path == path) and p.waiting()), None)
-        why = self._start(_SPARE.pop(spare)[1] if spare is not None else Process(env))
-        if why is not None and spare is not None:
-            why = self._start(Process(env))
+        first = _SPARE.pop(spare)[1] if spare is not None else Process(env)
+        why = self._start(first)
+        if why is not None and (spare is not None or first.forked):
+            why = self._start(Process(env, fresh=first.forked))
         return why
 
     def _start(self, p: Process) -> str | None:
         self.p = p
-        if self.on_start is not None:
+        if self.on_start is not None and self.p.pid is not None:
             self.on_start(self.p.pid)
         try:
             # the command's import path: a plug-in or API factory found there is found by the worker too

@@ -1,5 +1,6 @@
 """What a worker process runs (`python -m harness.pipeline.serve IMPL_FD JUDGE_FD PARENT_PID`,
-started by harness.worker): two processes, one per side of the pipeline.
+started by harness.worker, or forked by a worker template, harness.pipeline.template, with these
+imports done): two processes, one per side of the pipeline.
 
 It imports torch and the harness, then forks before it has computed anything. The process itself
 is the judge (harness.pipeline.judge): it keeps the judging socket and never imports an
@@ -195,6 +196,15 @@ def judge_loop(conn: Connection, child: int) -> int:
             conn.send(("crash", escaped(e)))
 
 
+def import_worker_modules() -> None:
+    """What both sides import before the fork (torch with them): a worker started by a template
+    (harness.pipeline.template) finds them imported."""
+    import harness.impls.registry  # noqa: F401
+    import harness.pipeline.call  # noqa: F401
+    import harness.pipeline.judge  # noqa: F401
+    import harness.pipeline.wire  # noqa: F401
+
+
 def main(impl_fd: int, judge_fd: int, parent: int, warm: tuple[str, ...] = ()) -> int:
     """The imports first (a spare worker does them while the command checks its input), then the
     fork, then each side's loop. `warm` (a sweep's spare worker), before they wait for their
@@ -205,10 +215,7 @@ def main(impl_fd: int, judge_fd: int, parent: int, warm: tuple[str, ...] = ()) -
     first_to_go()
     impl, judge = Connection(impl_fd), Connection(judge_fd)
     try:
-        import harness.impls.registry  # noqa: F401
-        import harness.pipeline.call  # noqa: F401
-        import harness.pipeline.judge  # noqa: F401
-        import harness.pipeline.wire  # noqa: F401
+        import_worker_modules()
     except BaseException as e:
         impl.send_bytes(b"crash " + escaped(e).encode())
         judge.send(("crash", escaped(e)))

@@ -1,0 +1,244 @@
+"""The command's side of worker templates (the process: harness.pipeline.template): a worker is
+forked from a template that already imported torch and the harness, instead of a fresh interpreter
+importing them again. A template serves every worker whose environment equals its own outside
+LATE_KEYS, is started the first time one is asked for, and is kept for the life of the process
+that started it — so that a sweep's N workers, a worker started again after a crash, and the next
+sweep of a process that runs several (the pytest plugin, the Python API, the test suite) import
+torch once between them. The template is started from a thread that lives as long as the process
+(it dies with the thread that started it, Linux's parent-death signal), so that it outlives the
+sweep's threads.
+
+Where no template can serve (its imports failed, it died, it refused: CUDA started in it),
+`fork` says None and the caller starts a fresh interpreter, as before templates."""
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import pickle
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+# Variables that may differ between a worker and its template, as nothing reads them at import:
+# CUDA_VISIBLE_DEVICES is read when CUDA starts, which a worker does after its fork;
+# PYTEST_CURRENT_TEST names the running test (pytest sets it for each), read by nothing at import.
+LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST"})
+KEEP = 2                       # templates kept at once (each a process holding torch's import)
+MAX_MESSAGE = 1 << 16
+
+
+def drain(pipe) -> None:
+    """A process's output onto the command's standard error (file descriptor 2), until every
+    process holding the pipe has ended."""
+    fd = pipe.fileno()
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except OSError:
+            return
+        if not chunk:
+            pipe.close()
+            return
+        try:
+            os.write(2, chunk)
+        except OSError:
+            pass
+
+
+_launches: queue.Queue = queue.Queue()
+_launcher: list[threading.Thread] = []
+
+
+def _launch(fn):
+    """fn() in the one thread that starts templates, which lives as long as this process."""
+    if not _launcher:
+        def serve_launches():
+            while True:
+                f, box = _launches.get()
+                try:
+                    box.put((f(), None))
+                except BaseException as e:      # noqa: BLE001 — raised again in the caller
+                    box.put((None, e))
+        _launcher.append(threading.Thread(target=serve_launches, name="template-launcher", daemon=True))
+        _launcher[0].start()
+    box: queue.Queue = queue.Queue()
+    _launches.put((fn, box))
+    got, e = box.get()
+    if e is not None:
+        raise e
+    return got
+
+
+class Template:
+    """One template process, its control socket, and what it said: the pids it forked (by request
+    key), the requests it refused, its children's exit statuses."""
+
+    def __init__(self, env: dict):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.env = env
+        self.proc = _launch(lambda: subprocess.Popen(
+            [sys.executable, "-P", "-m", "harness.pipeline.template", str(theirs.fileno()), str(os.getpid())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        theirs.close()
+        threading.Thread(target=drain, args=(self.proc.stdout,), name="template-output", daemon=True).start()
+        self.control, self.cond, self.send_lock = ours, threading.Condition(), threading.Lock()
+        self.alive, self.crashed = True, ""
+        self.pids: dict[int, int] = {}
+        self.refused: dict[int, str] = {}
+        self.exits: dict[int, int] = {}
+        self.keys = itertools.count()
+        threading.Thread(target=self._listen, name="template-control", daemon=True).start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                raw = self.control.recv(MAX_MESSAGE)
+            except OSError:
+                raw = b""
+            with self.cond:
+                if not raw:
+                    self.alive = False
+                    self.cond.notify_all()
+                    return
+                kind, *rest = pickle.loads(raw)
+                if kind == "forked":
+                    self.pids[rest[0]] = rest[1]
+                elif kind == "refused":
+                    self.refused[rest[0]] = rest[1]
+                elif kind == "exit":
+                    self.exits[rest[0]] = rest[1]
+                elif kind == "crash":
+                    self.crashed = rest[0]
+                self.cond.notify_all()
+
+    def running_children(self) -> int:
+        with self.cond:
+            return sum(pid not in self.exits for pid in self.pids.values())
+
+    def fork(self, env: dict, flags: tuple[str, ...], timeout: float):
+        """(Forked, implementation socket, judge socket, output pipe) of a new worker, the request
+        sent (the template forks it once its imports are done); None if it could not be sent."""
+        impl, impl_child = socket.socketpair()
+        judge, judge_child = socket.socketpair()
+        out_r, out_w = os.pipe()
+        key = next(self.keys)
+        try:
+            with self.send_lock:
+                socket.send_fds(self.control, [pickle.dumps((key, env, flags))],
+                                [impl_child.fileno(), judge_child.fileno(), out_w])
+        except OSError:
+            for s in (impl, judge):
+                s.close()
+            os.close(out_r)
+            return None
+        finally:
+            impl_child.close()
+            judge_child.close()
+            os.close(out_w)
+        return Forked(self, key, timeout), impl, judge, os.fdopen(out_r, "rb", 0)
+
+    def close(self) -> None:
+        try:
+            self.control.close()
+        except OSError:
+            pass
+        try:
+            self.proc.kill()
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+class Forked:
+    """A forked worker as Popen shows a process: pid, poll(), wait(), returncode. Its pid is known
+    once the template has forked it (`pid` waits for that, up to `timeout`; None if it never was);
+    its exit status once the template has reaped it. A worker whose template died died with it
+    (its parent-death signal, SIGKILL)."""
+
+    def __init__(self, template: Template, key: int, timeout: float):
+        self.t, self.key, self.timeout = template, key, timeout
+
+    def _settled(self) -> bool:
+        t = self.t
+        return self.key in t.pids or self.key in t.refused or not t.alive
+
+    def forked_pid(self) -> int | None:
+        """The pid if the template has forked it by now (no waiting)."""
+        with self.t.cond:
+            return self.t.pids.get(self.key)
+
+    @property
+    def pid(self) -> int | None:
+        with self.t.cond:
+            self.t.cond.wait_for(self._settled, self.timeout)
+            return self.t.pids.get(self.key)
+
+    def poll(self) -> int | None:
+        t = self.t
+        with t.cond:
+            pid = t.pids.get(self.key)
+            if pid is None:
+                return 1 if (self.key in t.refused or not t.alive) else None
+            if pid in t.exits:
+                return t.exits[pid]
+            if not t.alive and not os.path.exists(f"/proc/{pid}"):
+                return -signal.SIGKILL
+            return None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            code = self.poll()
+            if code is not None:
+                return code
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("forked worker", timeout)
+            with self.t.cond:
+                self.t.cond.wait(0.1 if left is None else min(left, 0.1))
+
+
+_TEMPLATES: dict[frozenset, Template] = {}
+_LOCK = threading.Lock()
+
+
+def key_of(env: dict) -> frozenset:
+    return frozenset((k, v) for k, v in env.items() if k not in LATE_KEYS)
+
+
+def fork(env: dict, flags: tuple[str, ...], timeout: float):
+    """A worker forked from the template for `env` (started now if there is none): Template.fork's
+    tuple, or None where no template can serve (the caller starts a fresh interpreter)."""
+    key = key_of(env)
+    with _LOCK:
+        t = _TEMPLATES.get(key)
+        if t is not None and not t.alive:
+            if t.crashed:                    # its imports fail: fresh interpreters say why
+                return None
+            del _TEMPLATES[key]
+            t = None
+        if t is None:
+            idle = [k for k, v in _TEMPLATES.items() if not v.running_children()]
+            while len(_TEMPLATES) >= KEEP and idle:
+                _TEMPLATES.pop(idle.pop(0)).close()
+            t = _TEMPLATES[key] = Template({k: v for k, v in env.items() if k not in LATE_KEYS})
+    return t.fork(env, flags, timeout)
+
+
+def close_templates() -> None:
+    with _LOCK:
+        while _TEMPLATES:
+            _TEMPLATES.popitem()[1].close()
+
+
+atexit.register(close_templates)

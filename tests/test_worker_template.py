@@ -1,0 +1,103 @@
+"""Worker templates (harness.worker_template, harness.pipeline.template): workers forked from one
+process that imported torch and the harness once, each with the environment it asked for; a
+template that dies takes its workers with it and the next worker starts from a new one; a template
+whose imports fail leaves the workers to fresh interpreters, which say why."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from harness import worker as W
+from harness import worker_template as T
+from harness.impls.registry import resolve
+from harness.pipeline.remote import Worker
+from harness.pipeline.settings import Settings
+from tests.conftest import make_case, running
+
+PROBE = """\
+import os
+
+import harness
+
+
+def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    env = os.environ
+    raise harness.Unsupported(f"probe={env.get('HARNESS_PROBE')} cuda={env.get('CUDA_VISIBLE_DEVICES')}")
+"""
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+
+
+def probe(tmp_path, monkeypatch):
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return resolve("probe=probe_mod:make")
+
+
+def said(w: Worker, impl) -> str:
+    (_, _, result, why), = w.run_many([(make_case(shape=(4, 32)), impl)], 120)
+    assert result is not None, why
+    assert result.checks and all(c.status == "skip" for c in result.checks)
+    return result.checks[0].finding.text
+
+
+def test_workers_are_forked_from_one_template_with_the_environment_they_asked_for(tmp_path, monkeypatch):
+    impl = probe(tmp_path, monkeypatch)
+    base = {**W.sweep_envs(1, None)[0], "HARNESS_PROBE": "a"}
+    base.pop("CUDA_VISIBLE_DEVICES", None)
+    workers = [Worker(Settings("cpu"), env) for env in
+               (base, {**base, "CUDA_VISIBLE_DEVICES": "0"}, {**base, "HARNESS_PROBE": "b"})]
+    try:
+        texts = [said(w, impl) for w in workers]
+        assert texts == ["probe=a cuda=None", "probe=a cuda=0", "probe=b cuda=None"]
+        assert all(w.p.forked for w in workers)
+        templates = [parent_of(w.pid) for w in workers]
+        # CUDA_VISIBLE_DEVICES is read when CUDA starts, after the fork: one template serves both;
+        # any other difference is another template's
+        assert templates[0] == templates[1] != templates[2] and os.getpid() not in templates
+    finally:
+        for w in workers:
+            w.stop()
+
+
+def test_a_template_that_dies_takes_its_workers_and_the_next_starts_from_a_new_one(tmp_path, monkeypatch):
+    impl = probe(tmp_path, monkeypatch)
+    env = {**W.sweep_envs(1, None)[0], "HARNESS_PROBE": "dies"}
+    w = Worker(Settings("cpu"), env)
+    try:
+        assert said(w, impl) == "probe=dies cuda=None"
+        judge, template = w.pid, parent_of(w.pid)
+        os.kill(template, signal.SIGKILL)
+        end = time.monotonic() + 30
+        while running(judge) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not running(judge)                          # its parent-death signal
+        assert w.p.proc.wait(30) == -signal.SIGKILL
+        assert said(w, impl) == "probe=dies cuda=None"      # a new worker, from a new template
+        assert w.p.forked and parent_of(w.pid) != template
+    finally:
+        w.stop()
+
+
+def test_a_template_whose_imports_fail_leaves_fresh_interpreters_to_say_why(tmp_path):
+    broken = tmp_path / "shadow" / "mpmath"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('mpmath broken for this test')\n")
+    env = {**W.sweep_envs(1, None)[0], "PYTHONPATH": str(broken.parent)}
+    w = Worker(Settings("cpu"), env)
+    try:
+        why = w.start()
+        assert why is not None and "mpmath broken for this test" in why
+        t = T._TEMPLATES[T.key_of({**env, "PYTHONUNBUFFERED": "1"})]
+        assert not t.alive and "mpmath broken for this test" in t.crashed
+        p = W.Process(env)                                  # its template failed: a fresh interpreter
+        try:
+            assert not p.forked
+        finally:
+            p.end()
+    finally:
+        w.stop()
