@@ -318,6 +318,13 @@ def test_output_that_cannot_be_written_is_not_exit_0():
     assert "Traceback" not in unbuffered.stderr
 
 
+def test_listing_a_suite_imports_no_torch():
+    code = ("import sys\nfrom harness.cli import main\ntry:\n    main(['cases', 'quick'])\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, file=sys.stderr)\n")
+    p = _harness("-c", code)
+    assert p.returncode == 0 and " cases" in p.stdout and p.stderr.strip().endswith("False"), p.stderr
+
+
 def test_a_profiler_still_reports():
     # the command ends with os._exit (harness.worker.exit_now), except under a profiler or tracer
     p = _harness("-m", "cProfile", "-s", "tottime", "-m", "harness", "cases")

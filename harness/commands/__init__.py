@@ -35,7 +35,7 @@ class Progress:
 
 
 _COMMANDS = {
-    "run": "harness.commands.run:cmd_run", "cases": "harness.commands.run:cmd_cases",
+    "run": "harness.commands.run:cmd_run", "cases": "harness.commands.tools:cmd_cases",
     "merge": "harness.commands.merge:cmd_merge", "report": "harness.commands.run:cmd_report",
     "identify": "harness.commands.identify:cmd_identify", "replay": "harness.commands.tools:cmd_replay",
     "budgets": "harness.commands.tools:cmd_budgets", "selftest": "harness.commands.tools:cmd_selftest",

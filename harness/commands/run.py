@@ -1,4 +1,4 @@
-"""`harness run`, `cases`, `merge`, `report`."""
+"""`harness run`, `merge`, `report`."""
 from __future__ import annotations
 
 from concurrent.futures import Future
@@ -100,19 +100,6 @@ def in_background(fn, *args) -> Future:
             future.set_exception(e)
     threading.Thread(target=work, name=getattr(fn, "__name__", "background"), daemon=True).start()
     return future
-
-
-def cmd_cases(args) -> int:
-    from harness.cases.suite import list_suites, load_suite
-    if not args.suite:
-        for name, desc, n in list_suites():
-            print(f"{name:10s} {n:5d} cases  {desc}")
-        return EXIT_OK
-    s = load_suite(args.suite)
-    for c in s.cases:
-        print(f"{c.case_id}  {c.regime:7s}  {c.label}")
-    print(f"{len(s.cases)} cases")
-    return EXIT_OK
 
 
 def cmd_report(args) -> int:

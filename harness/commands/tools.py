@@ -1,4 +1,5 @@
-"""`harness replay`, `budgets`, `selftest`, `bisect`, `exhaustive`."""
+"""`harness cases` (which imports no torch: listing a suite is instant), `replay`, `budgets`,
+`selftest`, `bisect`, `exhaustive`."""
 from __future__ import annotations
 
 import sys
@@ -72,3 +73,16 @@ def cmd_bisect(args) -> int:
 def cmd_exhaustive(args) -> int:
     from harness.exhaustive.command import exhaustive_command
     return exhaustive_command(args)
+
+
+def cmd_cases(args) -> int:
+    from harness.cases.suite import list_suites, load_suite
+    if not args.suite:
+        for name, desc, n in list_suites():
+            print(f"{name:10s} {n:5d} cases  {desc}")
+        return EXIT_OK
+    s = load_suite(args.suite)
+    for c in s.cases:
+        print(f"{c.case_id}  {c.regime:7s}  {c.label}")
+    print(f"{len(s.cases)} cases")
+    return EXIT_OK
