@@ -3,14 +3,6 @@ and hypothesis strategies. Public surface listed in __all__."""
 from harness.cases.case import Case
 from harness.cases.suite import load_suite, list_suites
 
-
-def __getattr__(name: str):
-    # generate imports torch: only where it is used, so that listing and loading suites
-    # (`harness cases`) do not
-    if name == "generate":
-        from harness.cases.generate import generate
-        return generate
-    raise AttributeError(f"module 'harness.cases' has no attribute {name!r}")
-
-
-__all__ = ["Case", "generate", "load_suite", "list_suites"]
+# harness.cases.generate (the inputs of a case) is a module of its own, imported where used: it
+# imports torch, which listing and loading suites (`harness cases`) do not need.
+__all__ = ["Case", "load_suite", "list_suites"]

@@ -164,10 +164,10 @@ class Process:
         """Kill every process of the worker's tree and group; reap it; its exit status."""
         for c in (self.impl, self.judge):
             c.close()
-        pid = self.proc.pid if not self.forked else self.proc.forked_pid()
-        if pid is None:          # not forked yet: given its closed sockets, it ends as soon as it is
-            return self.proc.poll()
-        kill_tree(pid)
+        if self.forked:
+            self.proc.kill()     # by its template, which alone knows the pid is still this worker's
+        else:
+            kill_tree(self.proc.pid)
         try:
             return self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -199,7 +199,8 @@ def descendants(pid: int) -> list[int]:
 def kill_tree(pid: int, group: bool = True) -> None:
     """SIGKILL `pid`'s descendants (a worker's implementation process is a subreaper: what its
     plug-in detached is among them), until none is left, then (`group`) `pid`'s process group. The
-    leader dies last, so that the tree stays whole while it is walked."""
+    leader dies last, so that the tree stays whole while it is walked (and itself, should it not
+    lead its group yet: a worker forked an instant before its setsid)."""
     for _ in range(10):
         below = descendants(pid)
         if not below:
@@ -212,10 +213,11 @@ def kill_tree(pid: int, group: bool = True) -> None:
         time.sleep(0.01)
     if not group:
         return
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def end_orphans_at_exit() -> None:

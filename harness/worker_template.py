@@ -13,7 +13,6 @@ Where no template can serve (its imports failed, it died, it refused: CUDA start
 from __future__ import annotations
 
 import atexit
-import itertools
 import os
 import pickle
 import queue
@@ -89,24 +88,20 @@ class Template:
         threading.Thread(target=drain, args=(self.proc.stdout,), name="template-output", daemon=True).start()
         self.control, self.cond, self.send_lock = ours, threading.Condition(), threading.Lock()
         self.alive, self.crashed = True, ""
+        # by request key (a pid is reused once reaped; a key never is)
         self.pids: dict[int, int] = {}
         self.refused: dict[int, str] = {}
         self.exits: dict[int, int] = {}
-        self.keys = itertools.count()
+        self.sent = 0                        # requests sent: their keys are 0 .. sent - 1
         threading.Thread(target=self._listen, name="template-control", daemon=True).start()
 
     def _listen(self) -> None:
         while True:
             try:
-                raw = self.control.recv(MAX_MESSAGE)
-            except OSError:
-                raw = b""
+                kind, *rest = pickle.loads(self.control.recv(MAX_MESSAGE))
+            except Exception:       # noqa: BLE001 — closed (EOF: nothing to unpickle) or broken: gone
+                kind, rest = "", []
             with self.cond:
-                if not raw:
-                    self.alive = False
-                    self.cond.notify_all()
-                    return
-                kind, *rest = pickle.loads(raw)
                 if kind == "forked":
                     self.pids[rest[0]] = rest[1]
                 elif kind == "refused":
@@ -115,26 +110,37 @@ class Template:
                     self.exits[rest[0]] = rest[1]
                 elif kind == "crash":
                     self.crashed = rest[0]
+                elif kind != "ready":
+                    self.alive = False
                 self.cond.notify_all()
+                if not self.alive:
+                    return
 
-    def running_children(self) -> int:
+    def busy(self) -> bool:
+        """Whether a worker of it may be running or about to be (closing it would end them)."""
         with self.cond:
-            return sum(pid not in self.exits for pid in self.pids.values())
+            return self.alive and any(k not in self.exits and k not in self.refused for k in range(self.sent))
 
     def fork(self, env: dict, flags: tuple[str, ...], timeout: float):
         """(Forked, implementation socket, judge socket, output pipe) of a new worker, the request
-        sent (the template forks it once its imports are done); None if it could not be sent."""
+        sent (the template forks it once its imports are done), in the command's working directory
+        and umask; None if it could not be sent."""
         impl, impl_child = socket.socketpair()
         judge, judge_child = socket.socketpair()
         out_r, out_w = os.pipe()
-        key = next(self.keys)
+        mask = os.umask(0o22)
+        os.umask(mask)
         try:
             with self.send_lock:
-                socket.send_fds(self.control, [pickle.dumps((key, env, flags))],
+                key = self.sent
+                self.sent += 1
+                socket.send_fds(self.control, [pickle.dumps(("fork", key, env, os.getcwd(), mask, flags))],
                                 [impl_child.fileno(), judge_child.fileno(), out_w])
-        except OSError:
-            for s in (impl, judge):
-                s.close()
+        except Exception:           # noqa: BLE001 — closed, or the cwd is gone: a fresh interpreter says
+            with self.cond:
+                self.refused[self.sent - 1] = "not sent"
+            for c in (impl, judge):
+                c.close()
             os.close(out_r)
             return None
         finally:
@@ -142,6 +148,15 @@ class Template:
             judge_child.close()
             os.close(out_w)
         return Forked(self, key, timeout), impl, judge, os.fdopen(out_r, "rb", 0)
+
+    def kill(self, key: int) -> None:
+        """End the tree of the worker forked for `key`, if the template has not reaped it (only the
+        template knows its pid is still that worker's)."""
+        try:
+            with self.send_lock:
+                self.control.send(pickle.dumps(("kill", key)))
+        except OSError:
+            pass
 
     def close(self) -> None:
         try:
@@ -156,13 +171,15 @@ class Template:
 
 
 class Forked:
-    """A forked worker as Popen shows a process: pid, poll(), wait(), returncode. Its pid is known
-    once the template has forked it (`pid` waits for that, up to `timeout`; None if it never was);
-    its exit status once the template has reaped it. A worker whose template died died with it
-    (its parent-death signal, SIGKILL)."""
+    """A forked worker as Popen shows a process: pid, poll(), wait(), returncode, kill(). Its pid
+    is known once the template has forked it (`pid` waits for that, up to `timeout`; None if it
+    never was); its exit status once the template has reaped it. A worker whose template died died
+    with it (its parent-death signal); where the command is a child subreaper (the command line),
+    it is then the command's own zombie, reaped here."""
 
     def __init__(self, template: Template, key: int, timeout: float):
         self.t, self.key, self.timeout = template, key, timeout
+        self._orphan: int | None = None       # its exit status, reaped here after its template died
 
     def _settled(self) -> bool:
         t = self.t
@@ -182,18 +199,42 @@ class Forked:
     def poll(self) -> int | None:
         t = self.t
         with t.cond:
+            if self.key in t.exits:
+                return t.exits[self.key]
             pid = t.pids.get(self.key)
             if pid is None:
                 return 1 if (self.key in t.refused or not t.alive) else None
-            if pid in t.exits:
-                return t.exits[pid]
-            if not t.alive and not os.path.exists(f"/proc/{pid}"):
-                return -signal.SIGKILL
-            return None
+            if t.alive:
+                return None
+        return self._after_template(pid)
+
+    def _after_template(self, pid: int) -> int | None:
+        """The status of a worker whose template died: reaped here if it became this process's
+        child (a subreaper's), else gone unless /proc shows it running."""
+        if self._orphan is not None:
+            return self._orphan
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+            if got == pid:
+                self._orphan = os.waitstatus_to_exitcode(status)
+                return self._orphan
+            return None                              # this process's child, still running
+        except ChildProcessError:
+            pass
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                running = f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+        except (OSError, IndexError):
+            running = False
+        return None if running else -signal.SIGKILL
 
     @property
     def returncode(self) -> int | None:
         return self.poll()
+
+    def kill(self) -> None:
+        """End its tree (the template does: only it knows the pid is still this worker's)."""
+        self.t.kill(self.key)
 
     def wait(self, timeout: float | None = None) -> int:
         end = None if timeout is None else time.monotonic() + timeout
@@ -220,19 +261,22 @@ def fork(env: dict, flags: tuple[str, ...], timeout: float):
     """A worker forked from the template for `env` (started now if there is none): Template.fork's
     tuple, or None where no template can serve (the caller starts a fresh interpreter)."""
     key = key_of(env)
-    with _LOCK:
-        t = _TEMPLATES.get(key)
+    with _LOCK:                              # the request sent under it: a template is never closed
+        t = _TEMPLATES.get(key)              # between being chosen and being asked
         if t is not None and not t.alive:
             if t.crashed:                    # its imports fail: fresh interpreters say why
                 return None
             del _TEMPLATES[key]
             t = None
         if t is None:
-            idle = [k for k, v in _TEMPLATES.items() if not v.running_children()]
+            idle = [k for k, v in _TEMPLATES.items() if not v.busy()]
             while len(_TEMPLATES) >= KEEP and idle:
                 _TEMPLATES.pop(idle.pop(0)).close()
-            t = _TEMPLATES[key] = Template({k: v for k, v in env.items() if k not in LATE_KEYS})
-    return t.fork(env, flags, timeout)
+            try:
+                t = _TEMPLATES[key] = Template({k: v for k, v in env.items() if k not in LATE_KEYS})
+            except OSError:
+                return None
+        return t.fork(env, flags, timeout)
 
 
 def close_templates() -> None:

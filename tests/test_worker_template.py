@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from harness import worker as W
 from harness import worker_template as T
@@ -23,7 +26,8 @@ import harness
 
 def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
     env = os.environ
-    raise harness.Unsupported(f"probe={env.get('HARNESS_PROBE')} cuda={env.get('CUDA_VISIBLE_DEVICES')}")
+    raise harness.Unsupported(f"probe={env.get('HARNESS_PROBE')} cuda={env.get('CUDA_VISIBLE_DEVICES')} "
+                              f"cwd={os.getcwd()} umask={oct(os.umask(0o22))}")
 """
 
 
@@ -47,19 +51,23 @@ def said(w: Worker, impl) -> str:
 
 def test_workers_are_forked_from_one_template_with_the_environment_they_asked_for(tmp_path, monkeypatch):
     impl = probe(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)             # the command's directory and umask, as a fresh interpreter's
+    old = os.umask(0o027)
     base = {**W.sweep_envs(1, None)[0], "HARNESS_PROBE": "a"}
     base.pop("CUDA_VISIBLE_DEVICES", None)
     workers = [Worker(Settings("cpu"), env) for env in
                (base, {**base, "CUDA_VISIBLE_DEVICES": "0"}, {**base, "HARNESS_PROBE": "b"})]
     try:
         texts = [said(w, impl) for w in workers]
-        assert texts == ["probe=a cuda=None", "probe=a cuda=0", "probe=b cuda=None"]
+        where = f" cwd={tmp_path} umask=0o27"
+        assert texts == ["probe=a cuda=None" + where, "probe=a cuda=0" + where, "probe=b cuda=None" + where]
         assert all(w.p.forked for w in workers)
         templates = [parent_of(w.pid) for w in workers]
         # CUDA_VISIBLE_DEVICES is read when CUDA starts, after the fork: one template serves both;
         # any other difference is another template's
         assert templates[0] == templates[1] != templates[2] and os.getpid() not in templates
     finally:
+        os.umask(old)
         for w in workers:
             w.stop()
 
@@ -69,7 +77,7 @@ def test_a_template_that_dies_takes_its_workers_and_the_next_starts_from_a_new_o
     env = {**W.sweep_envs(1, None)[0], "HARNESS_PROBE": "dies"}
     w = Worker(Settings("cpu"), env)
     try:
-        assert said(w, impl) == "probe=dies cuda=None"
+        assert said(w, impl).startswith("probe=dies cuda=None")
         judge, template = w.pid, parent_of(w.pid)
         os.kill(template, signal.SIGKILL)
         end = time.monotonic() + 30
@@ -77,7 +85,7 @@ def test_a_template_that_dies_takes_its_workers_and_the_next_starts_from_a_new_o
             time.sleep(0.05)
         assert not running(judge)                          # its parent-death signal
         assert w.p.proc.wait(30) == -signal.SIGKILL
-        assert said(w, impl) == "probe=dies cuda=None"      # a new worker, from a new template
+        assert said(w, impl).startswith("probe=dies cuda=None")     # a new worker, from a new template
         assert w.p.forked and parent_of(w.pid) != template
     finally:
         w.stop()
@@ -101,3 +109,29 @@ def test_a_template_whose_imports_fail_leaves_fresh_interpreters_to_say_why(tmp_
             p.end()
     finally:
         w.stop()
+
+
+def test_a_subreaper_command_reaps_the_workers_of_a_template_that_died(tmp_path):
+    """The command line is a child subreaper (harness.worker.end_orphans_at_exit): the workers of a
+    template that died become its children, zombies until reaped, and must read as ended."""
+    script = tmp_path / "subreaper.py"
+    script.write_text(
+        "import os, signal, time\n"
+        "from harness import worker as W\n"
+        "from harness.pipeline.remote import Worker\n"
+        "from harness.pipeline.settings import Settings\n"
+        "W.prctl(36, 1)\n"
+        "w = Worker(Settings('cpu'), W.sweep_envs(1, None)[0])\n"
+        "assert w.start() is None and w.p.forked\n"
+        "with open(f'/proc/{w.pid}/stat', 'rb') as f:\n"
+        "    template = int(f.read().rsplit(b')', 1)[1].split()[1])\n"
+        "os.kill(template, signal.SIGKILL)\n"
+        "t0 = time.monotonic()\n"
+        "code = w.p.proc.wait(30)\n"
+        "print(code, round(time.monotonic() - t0, 1), os.path.exists(f'/proc/{w.pid}'))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    code, _, left = p.stdout.split()
+    assert int(code) == -signal.SIGKILL and left == "False"          # reaped: no zombie left

@@ -16,9 +16,11 @@ a pipe of its own, dies with the template, and runs serve's main. The template d
 command (the parent-death signal), reaps its children and tells the command each one's exit status.
 
 Messages on the control socket (SOCK_SEQPACKET, one pickle per message; both ends are the
-harness's own processes): in, (key, env, flags) with the new worker's three file descriptors
-(implementation socket, judge socket, output pipe); out, ("ready", pid), ("crash", why),
-("forked", key, pid), ("refused", key, why), ("exit", pid, code)."""
+harness's own processes): in, ("fork", key, env, cwd, umask, flags) with the new worker's three
+file descriptors (implementation socket, judge socket, output pipe), and ("kill", key): end that
+worker's tree if it is still an unreaped child (its pid cannot have been reused: only the template
+reaps it); out, ("ready", pid), ("crash", why), ("forked", key, pid), ("refused", key, why),
+("exit", key, code)."""
 from __future__ import annotations
 
 import importlib
@@ -33,11 +35,15 @@ MAX_MESSAGE = 1 << 20
 
 
 def _send(control: socket.socket, msg: tuple) -> None:
-    control.send(pickle.dumps(msg))
+    try:
+        control.send(pickle.dumps(msg))
+    except OSError:             # the command is gone: the next read says so, and the template ends
+        pass
 
 
-def _report_exits(control: socket.socket) -> None:
-    """Reap every child that ended; its exit status to the command (Popen.returncode's convention)."""
+def _report_exits(control: socket.socket, children: dict[int, int]) -> None:
+    """Reap every child that ended; its exit status to the command (Popen.returncode's convention),
+    by the key of the request that forked it."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -45,7 +51,9 @@ def _report_exits(control: socket.socket) -> None:
             return
         if pid == 0:
             return
-        _send(control, ("exit", pid, os.waitstatus_to_exitcode(status)))
+        key = children.pop(pid, None)
+        if key is not None:
+            _send(control, ("exit", key, os.waitstatus_to_exitcode(status)))
 
 
 def _cuda_started() -> bool:
@@ -53,14 +61,19 @@ def _cuda_started() -> bool:
     return bool(torch is not None and torch.cuda.is_initialized())
 
 
-def _become_worker(fds: list[int], env: dict, flags: tuple, template: int) -> int:
-    """In the forked child: the worker's session, output, standard input and environment, then
+def _become_worker(fds: list[int], env: dict, cwd: str, umask: int, flags: tuple, template: int) -> int:
+    """In the forked child: the worker's session, output, standard input, environment, working
+    directory and umask (the command's, as a fresh interpreter would inherit them), then
     harness.pipeline.serve's main (which dies with the template)."""
     from harness.pipeline.serve import main
-    signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     impl_fd, judge_fd, out_fd = fds
     os.setsid()
+    os.umask(umask)
+    try:
+        os.chdir(cwd)
+    except OSError:             # gone since: the command's import path says where plug-ins are
+        pass
     for target in (1, 2):
         os.dup2(out_fd, target)
     os.close(out_fd)
@@ -74,10 +87,9 @@ def _become_worker(fds: list[int], env: dict, flags: tuple, template: int) -> in
 
 
 def main(control_fd: int, parent: int) -> int:
-    from harness.pipeline.serve import die_with_parent, escaped, first_to_go, import_worker_modules
-    from harness.worker import exit_now
-    die_with_parent(parent)
-    first_to_go()                              # inherited by every worker it forks
+    from harness.pipeline.serve import die_with_parent, escaped, import_worker_modules
+    from harness.worker import exit_now, kill_tree
+    die_with_parent(parent)                    # not offered to the OOM killer: its death ends every worker
     control = socket.socket(fileno=control_fd)
     try:
         import_worker_modules()
@@ -90,6 +102,7 @@ def main(control_fd: int, parent: int) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)      # its wake-up byte ends select()
     me = os.getpid()
+    children: dict[int, int] = {}              # pid -> key, until reaped
     _send(control, ("ready", me))
     while True:
         readable, _, _ = select.select([control, wake_r], [], [])
@@ -100,32 +113,44 @@ def main(control_fd: int, parent: int) -> int:
                         break
                 except BlockingIOError:
                     break
-            _report_exits(control)
+            _report_exits(control, children)
         if control not in readable:
             continue
         msg, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 3)
         if not msg:                            # the command is gone
             return 0
-        key, env, flags = pickle.loads(msg)
-        if len(fds) != 3 or _cuda_started():
-            for fd in fds:
-                os.close(fd)
-            _send(control, ("refused", key, "CUDA started in the template" if len(fds) == 3 else "no descriptors"))
+        kind, key, *rest = pickle.loads(msg)
+        if kind == "kill":
+            pid = next((p for p, k in children.items() if k == key), None)
+            if pid is not None:                # unreaped, so the pid is still this child's
+                kill_tree(pid)
             continue
-        pid = os.fork()
+        why = ("CUDA started in the template" if _cuda_started()
+               else "" if len(fds) == 3 else "no descriptors")
+        pid = None
+        if not why:
+            try:
+                pid = os.fork()
+            except OSError as e:               # out of memory or processes: the command starts a fresh one
+                why = f"fork failed: {e}"
         if pid == 0:
+            signal.set_wakeup_fd(-1)
             control.close()
             os.close(wake_r)
             os.close(wake_w)
             try:
-                code = _become_worker(fds, env, tuple(flags), me)
+                code = _become_worker(fds, *rest, me)
             except BaseException as e:        # noqa: BLE001 — its sockets' end tells the command
                 print(f"harness: a forked worker failed: {escaped(e)}", file=sys.stderr)
                 code = 1
             exit_now(code)
         for fd in fds:
             os.close(fd)
-        _send(control, ("forked", key, pid))
+        if pid is None:
+            _send(control, ("refused", key, why))
+        else:
+            children[pid] = key
+            _send(control, ("forked", key, pid))
 
 
 if __name__ == "__main__":
