@@ -87,7 +87,7 @@ class Template:
         theirs.close()
         threading.Thread(target=drain, args=(self.proc.stdout,), name="template-output", daemon=True).start()
         self.control, self.cond, self.send_lock = ours, threading.Condition(), threading.Lock()
-        self.alive, self.crashed = True, ""
+        self.alive, self.ready, self.crashed = True, False, ""
         # by request key (a pid is reused once reaped; a key never is)
         self.pids: dict[int, int] = {}
         self.refused: dict[int, str] = {}
@@ -110,8 +110,12 @@ class Template:
                     self.exits[rest[0]] = rest[1]
                 elif kind == "crash":
                     self.crashed = rest[0]
-                elif kind != "ready":
+                elif kind == "ready":
+                    self.ready = True
+                else:
                     self.alive = False
+                    if not self.ready and not self.crashed:     # its start failed, unexplained
+                        self.crashed = "the template ended before it was ready"
                 self.cond.notify_all()
                 if not self.alive:
                     return
