@@ -98,7 +98,15 @@ class Template:
     def _listen(self) -> None:
         while True:
             try:
-                kind, *rest = pickle.loads(self.control.recv(MAX_MESSAGE))
+                raw = self.control.recv(MAX_MESSAGE)
+            except ConnectionResetError:
+                # the template ended with a request of ours unread (Linux then reports ECONNRESET,
+                # once, before what it sent: its "crash" among it): read on
+                continue
+            except OSError:
+                raw = b""
+            try:
+                kind, *rest = pickle.loads(raw)
             except Exception:       # noqa: BLE001 — closed (EOF: nothing to unpickle) or broken: gone
                 kind, rest = "", []
             with self.cond:

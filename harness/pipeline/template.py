@@ -35,10 +35,13 @@ MAX_MESSAGE = 1 << 20
 
 
 def _send(control: socket.socket, msg: tuple) -> None:
+    """A message to the command. One that cannot be sent ends the template (and its workers, by
+    their parent-death signal): the command then sees it gone and starts fresh workers, where a
+    lost "forked" or "exit" would leave it waiting."""
     try:
         control.send(pickle.dumps(msg))
-    except OSError:             # the command is gone: the next read says so, and the template ends
-        pass
+    except OSError:
+        os._exit(1)
 
 
 def _report_exits(control: socket.socket, children: dict[int, int]) -> None:
