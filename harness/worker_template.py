@@ -79,7 +79,6 @@ class Template:
 
     def __init__(self, env: dict):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.env = env
         self.proc = _launch(lambda: subprocess.Popen(
             [sys.executable, "-P", "-m", "harness.pipeline.template", str(theirs.fileno()), str(os.getpid())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -150,7 +149,7 @@ class Template:
                                 [impl_child.fileno(), judge_child.fileno(), out_w])
         except Exception:           # noqa: BLE001 — closed, or the cwd is gone: a fresh interpreter says
             with self.cond:
-                self.refused[self.sent - 1] = "not sent"
+                self.refused[key] = "not sent"
             for c in (impl, judge):
                 c.close()
             os.close(out_r)

@@ -63,8 +63,9 @@ class Worker:
 
     def _start(self, p: Process) -> str | None:
         self.p = p
-        if self.on_start is not None and self.p.pid is not None:
-            self.on_start(self.p.pid)
+        pid = p.pid                      # a forked worker's: once its template has forked it
+        if self.on_start is not None and pid is not None:
+            self.on_start(pid)
         try:
             # the command's import path: a plug-in or API factory found there is found by the worker too
             self.p.impl.send(("settings", self.settings, list(sys.path), self.pinned))
