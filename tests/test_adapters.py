@@ -247,7 +247,7 @@ def test_fla_adapters_are_listed_without_importing_fla(monkeypatch):
 
 def test_fla_not_importable_is_the_factory_s_error_remembered(monkeypatch):
     monkeypatch.setattr(fla_adapter, "_LOADED", {})
-    monkeypatch.setattr(fla_adapter, "_FOUND", {"fla": "no_such_module_of_fla"})
+    monkeypatch.setattr(fla_adapter, "_FOUND", {"fla": ("no_such_module_of_fla", Path("/nonexistent/fla/x.py"))})
     tried = []
     real = importlib.import_module
     monkeypatch.setattr(importlib, "import_module", lambda name, *a: tried.append(name) or real(name, *a))
@@ -332,12 +332,40 @@ def test_fla_factories_keep_their_own_kernels(monkeypatch):
     monkeypatch.setattr(fla_adapter, "_FOUND", {})
     found = {i.name: i for i in fla_adapter.implementations()}
     assert found["fla"].unavailable is None and found["fla-gated"].unavailable is None
-    assert fla_adapter._FOUND == {"fla": "fla.modules.norm.fused_norm_gate",
-                                  "fla-gated": "fla.modules.norm.layernorm_gated"}
+    assert {k: m for k, (m, _) in fla_adapter._FOUND.items()} == {"fla": "fla.modules.norm.fused_norm_gate",
+                                                                 "fla-gated": "fla.modules.norm.layernorm_gated"}
     m = found["fla"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
     assert m.fn is rms_norm_gated
     g = found["fla-gated"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
     assert isinstance(g.inner, StandIn)
+
+
+def test_fla_kernels_load_from_their_file_not_through_fla_modules(tmp_path, monkeypatch):
+    """An fla laid out as 0.6.0 is: the kernel's file loads with its own `fla.utils` import, and
+    `fla.modules`' __init__ (which imports every module of fla.modules) never runs."""
+    import sys
+    root = tmp_path / "site"
+    (root / "fla/modules/norm").mkdir(parents=True)
+    (root / "fla/__init__.py").write_text("")
+    (root / "fla/utils.py").write_text("SCALE = 1\n")
+    (root / "fla/modules/__init__.py").write_text("raise RuntimeError('fla.modules imported')\n")
+    (root / "fla/modules/norm/__init__.py").write_text("raise RuntimeError('fla.modules.norm imported')\n")
+    (root / "fla/modules/norm/fused_norm_gate.py").write_text(
+        "from fla.utils import SCALE\n\ndef rms_norm_gated(x, g, weight, bias, activation='swish', eps=1e-6):\n"
+        "    return x * SCALE\n")
+    monkeypatch.syspath_prepend(str(root))
+    for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(fla_adapter, "NEEDS", ())
+    monkeypatch.setattr(fla_adapter, "_LOADED", {})
+    monkeypatch.setattr(fla_adapter, "_FOUND", {})
+    found = {i.name: i for i in fla_adapter.implementations()}
+    assert found["fla"].unavailable is None and found["fla-gated"].unavailable.startswith("fla")
+    m = found["fla"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
+    assert m.fn.__name__ == "rms_norm_gated" and "fla.utils" in sys.modules
+    assert "fla.modules" not in sys.modules and "fla.modules.norm" not in sys.modules
+    for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
+        del sys.modules[name]                  # the fake fla must not outlive the test
 
 
 def _fla_importable() -> bool:

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import functools
 import importlib
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
 
 from harness.impls.base import Implementation, from_factory
-from harness.impls.modfile import package_file
+from harness.impls.modfile import load_file, package_file
 
 
 class FlaGatedRMSNorm(nn.Module):
@@ -100,27 +101,46 @@ KERNELS = {"fla": (("fla.modules.norm.fused_norm_gate", "fla.modules.fused_norm_
 NEEDS = ("triton",)                    # what the kernels' files import besides torch and fla
 
 
-_LOADED: dict[str, tuple | ImportError] = {}      # entry -> its objects, or why they did not import
-_FOUND: dict[str, str] = {}                        # entry -> the module whose file implementations() found
+_LOADED: dict[str, tuple | ImportError] = {}      # entry -> its objects, or why they did not load
+_FOUND: dict[str, tuple[str, Path]] = {}           # entry -> (fla's name for it, the file implementations() found)
+
+
+def kernel_file(name: str) -> tuple[Path | None, str, str]:
+    """(the file of entry `name`'s kernels in the installed fla — the first of its layouts that
+    exists —, fla's module name for it, "") or (None, "", why not). Finding executes nothing."""
+    files = {m.removeprefix("fla.").replace(".", "/") + ".py": m for m in KERNELS[name][0]}
+    path, why = package_file("fla", tuple(files), NEEDS)
+    if path is None:
+        return None, "", why
+    return path, next(m for rel, m in files.items() if path.as_posix().endswith(rel)), ""
 
 
 def load(name: str) -> tuple:
-    """Entry `name`'s objects from the fla module whose file was found (else the first of its
-    layouts that imports), imported at its first factory call — in the
-    implementation's process, never in the command that lists it — or ImportError saying why not
-    (remembered: a broken install is imported once a process, not once a pair)."""
+    """Entry `name`'s objects, from the one file that holds its kernels, executed as a module of its
+    own (harness/impls/modfile.py) at its first factory call — in the implementation's process,
+    never in the command that lists it — or ImportError saying why not (remembered: a broken
+    install is loaded once a process, not once a pair).
+
+    Not through fla's packages: `fla.modules`' __init__ imports every module of fla.modules (its
+    convolutions, losses, rotary embeddings: dozens of Triton files, seconds of a worker's start)
+    for two files that need none of them. The file's own imports (`fla.utils`, `fla.backends`,
+    triton, einops) are fla's real modules; on NVIDIA no backend registers a replacement for
+    these kernels (fla-core 0.6.0 registers its Ascend ones only on an NPU), so the functions run
+    are the ones `from fla.modules import ...` gives."""
     if name not in _LOADED:
-        modules, names = KERNELS[name]
-        err: Exception | None = None
-        for m in ((_FOUND[name],) if name in _FOUND else modules):
+        module, path = _FOUND.get(name) or (None, None)
+        if path is None:
+            path, module, why = kernel_file(name)
+        try:
+            if path is None:
+                raise ModuleNotFoundError(why)
             try:
-                mod = importlib.import_module(m)
-                _LOADED[name] = tuple(getattr(mod, n) for n in names)
-                break
-            except Exception as e:          # triton missing or broken, or an older layout
-                err = e
-        else:
-            _LOADED[name] = ImportError(f"fla not importable ({type(err).__name__}: {err})")
+                mod = load_file(path, module.replace(".", "_"))
+            except Exception:               # a file that cannot stand alone (an older layout's relative
+                mod = importlib.import_module(module)       # imports): through its package, as a user would
+            _LOADED[name] = tuple(getattr(mod, n) for n in KERNELS[name][1])
+        except Exception as e:              # triton missing or broken, or a layout without these names
+            _LOADED[name] = ImportError(f"fla not importable ({type(e).__name__}: {e})")
     got = _LOADED[name]
     if isinstance(got, ImportError):
         raise ImportError(str(got))
@@ -138,16 +158,15 @@ NAMES = tuple(KERNELS)
 
 def implementations() -> list[Implementation]:
     """Both entries, found without importing fla (its package __init__ imports its layers, models
-    and transformers: seconds): the package's kernel files located (importlib's finders execute
-    nothing for a top-level name), the kernels imported by the factory."""
+    and transformers where installed: seconds): the package's kernel files located (importlib's
+    finders execute nothing for a top-level name), the kernels loaded by the factory."""
     out = []
     for name, build in (("fla", fused_implementation), ("fla-gated", gated_implementation)):
-        files = {m.removeprefix("fla.").replace(".", "/") + ".py": m for m in KERNELS[name][0]}
-        path, why = package_file("fla", tuple(files), NEEDS)
+        path, module, why = kernel_file(name)
         if path is None:                # never skip silently: say why
             out.append(Implementation(name, None, devices=("cuda",), source="builtin", spec=name, unavailable=why,
                                       notes="pip install fla-core (CUDA + Triton)"))
-        else:                           # the module of the file found: its own import error, if any
-            _FOUND[name] = next(m for rel, m in files.items() if path.as_posix().endswith(rel))
+        else:                           # the file found is the one loaded: its own error, if any
+            _FOUND[name] = (module, path)
             out.append(build(functools.partial(load, name)))
     return out

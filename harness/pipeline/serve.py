@@ -90,10 +90,15 @@ def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
     flags = dict(f.split("=", 1) if "=" in f else (f, "") for f in warm)
     if "path" in flags:                       # the path the command will send (Worker.start checks)
         sys.path[:] = list(dict.fromkeys(json.loads(flags["path"]) + sys.path))
-    if "cuda" in flags:
-        warm_cuda()
+    # the CUDA context in a thread, beside the imports: the driver's work (most of it outside the
+    # GIL) overlaps them, where one after the other they added up; both done before it is ready
+    cuda = threading.Thread(target=warm_cuda, name="warm-cuda", daemon=True) if "cuda" in flags else None
+    if cuda is not None:
+        cuda.start()
     if flags.get("preload"):
         preload(flags["preload"].split(","))
+    if cuda is not None:
+        cuda.join()
     try:
         _, settings, path, pinned = conn.recv()
     except EOFError:
