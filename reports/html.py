@@ -239,14 +239,24 @@ def speed(d: pd.DataFrame) -> dict:
         cols |= {"floor": "median % of bandwidth floor", "floor_big": "% of floor at largest case"}
     cols |= {"ulp_m": "worst ULP vs model", "sc_m": "worst scaled vs model", "ulp_x": "worst ULP vs exact",
              "sc_x": "worst scaled vs exact", "ratio": "worst / budget"}
+    return {"table": _table(s, cols), "has_floor": has_floor, "has_gpu": has_gpu, "timed": int(len(timed))}
+
+
+def speed_plot(d: pd.DataFrame) -> str | None:
+    """The speed section's figure (plots.speed): each timed pair's time — the GPU time wherever one
+    was measured, else the wall time — against its worst ratio to the exact value's budget."""
+    pairs = d.drop_duplicates(PAIR)
+    if "gpu_seconds" not in pairs:                       # results.csv written before schema 4
+        pairs = pairs.assign(gpu_seconds=np.nan)
+    timed = pairs[pairs["impl_seconds"].notna()]
+    has_gpu = bool(timed["gpu_seconds"].notna().any())
     # plotted against the exact value: against its own model every correct implementation sits
     # just under 1 (its error at most half an ULP, the budget half an ULP), whatever its accuracy
     exact = d[d["reference"] == "exact"]
     ratio = exact.groupby(PAIR, sort=False)["_ratio"].max().rename("_ratio").reset_index()
     plot_pairs = timed.drop(columns="_ratio").merge(ratio, on=PAIR, how="left")
     plot_pairs = plot_pairs.assign(_seconds=plot_pairs["gpu_seconds"] if has_gpu else plot_pairs["impl_seconds"])
-    return {"table": _table(s, cols), "has_floor": has_floor, "has_gpu": has_gpu, "timed": int(len(timed)),
-            "plot": plots.speed(plot_pairs, "GPU time" if has_gpu else "wall time")}
+    return plots.speed(plot_pairs, "GPU time" if has_gpu else "wall time")
 
 
 def determinism(d: pd.DataFrame) -> dict:
@@ -322,7 +332,7 @@ def render_report(data, path: Path) -> Path:
     jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                               undefined=jinja2.StrictUndefined)
     drawn = plots.in_children({"histograms": lambda: plots.histograms(g), "heatmap": lambda: plots.heatmap(g),
-                               "gate": lambda: plots.gate(g)})
+                               "gate": lambda: plots.gate(g), "speed_plot": lambda: speed_plot(g)})
     try:
         sections = dict(models=models(d), worst=worst(g), speed=speed(g), determinism=determinism(d))
     except BaseException:

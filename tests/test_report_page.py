@@ -101,7 +101,7 @@ def test_titles_placed_explicitly_draw_the_same_figures(small, monkeypatch):
     g = d[d["_gated"]]
 
     def draw():
-        return [plots.histograms(g), plots.heatmap(g), plots.gate(g), report.speed(g)["plot"]]
+        return [plots.histograms(g), plots.heatmap(g), plots.gate(g), report.speed_plot(g)]
     placed = draw()
     assert all(placed)
     monkeypatch.setattr(plots, "TITLE_Y", None)                 # matplotlib's own placing
