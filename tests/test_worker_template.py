@@ -154,3 +154,34 @@ def test_what_a_template_said_before_it_ended_with_a_request_unread_is_read():
     t.alive, t.ready, t.crashed, t.pids, t.refused, t.exits = True, False, "", {}, {}, {}
     t._listen()                                     # returns at the end
     assert not t.alive and t.crashed == "its imports failed"
+
+
+RNG_PROBE = """\
+import numpy as np
+
+import harness
+
+
+def make(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    raise harness.Unsupported(f"draw={np.random.randint(1 << 62)}")
+"""
+
+
+def test_forked_workers_draw_their_own_numpy_numbers(tmp_path, monkeypatch):
+    """numpy's legacy global generator is seeded from the OS in each fresh interpreter; workers
+    forked from one template must not all draw the template's sequence (a plug-in's random inputs)."""
+    (tmp_path / "rng_probe.py").write_text(RNG_PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    impl = resolve("rng=rng_probe:make")
+    site = tmp_path / "site"                 # the template's interpreter creates the generator at start
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import numpy.random\n")
+    env = {**W.sweep_envs(1, None)[0], "PYTHONPATH": str(site)}
+    workers = [Worker(Settings("cpu"), env) for _ in range(2)]
+    try:
+        draws = [said(w, impl) for w in workers]
+        assert all(w.p.forked for w in workers) and parent_of(workers[0].pid) == parent_of(workers[1].pid)
+        assert draws[0] != draws[1], draws
+    finally:
+        for w in workers:
+            w.stop()

@@ -13,7 +13,6 @@ answer (a PairResult: numbers and a few words per check) fits in the socket's bu
 waits on the other."""
 from __future__ import annotations
 
-import os
 import sys
 import time
 from multiprocessing.connection import wait
