@@ -34,10 +34,12 @@ def test_one_side_waits_while_the_other_holds_the_gpu(monkeypatch):
     monkeypatch.setattr(gpushare, "_LOCK", None)
     gpushare.create()
     p, released = _other_side(0.3)
+    before = gpushare.waited()
     with gpushare.alone(True, 5.0) as held:
         got_at = time.monotonic()
     p.join()
     assert held and got_at >= released.value > 0
+    assert 0.1 < gpushare.waited() - before < 5.0          # the wait, counted
 
 
 def test_a_dead_holder_ends_the_wait_at_once(monkeypatch):
@@ -190,3 +192,19 @@ def test_the_judge_holds_the_gpu_for_its_gpu_work_on_records_that_ran(monkeypatc
     ours.send(("exit",))
     t.join(10)
     assert seen == [("references", True), ("judge", "ran", True), ("references", True), ("judge", "error", False)]
+
+
+def test_a_wait_for_the_judge_is_not_in_the_implementation_s_timed_call_seconds(monkeypatch):
+    """run_calls' timed-call seconds are what the implementation cost: the time its process spent
+    waiting for the judge to let go of the GPU (gpushare.waited) is left out."""
+    from harness.impls.registry import resolve
+    from harness.pipeline.settings import Settings
+    from tests.conftest import make_case
+
+    def later_calls(*args, **kwargs):
+        time.sleep(0.5)                                 # all but the calls' own time a wait for the judge
+        monkeypatch.setattr(gpushare, "_WAITED", gpushare.waited() + 0.5)
+        return {}, None
+    monkeypatch.setattr(call, "later_calls", later_calls)
+    rec = call.run_calls(make_case(shape=(4, 32)), resolve("torch"), Settings("cpu", repeats=1))
+    assert rec.status == "ran" and 0 <= rec.timing_seconds < 0.4, rec.timing_seconds

@@ -31,7 +31,7 @@ from harness.analysis.result import Finding, Repeat, Speed
 from harness.cases.case import Case
 from harness.cases.generate import act_format, generate
 from harness.impls.base import Implementation
-from harness.pipeline import fpenv
+from harness.pipeline import fpenv, gpushare
 from harness.pipeline.gpushare import TIMING_WAIT, alone
 from harness.pipeline.settings import Settings
 from harness.pipeline.speed import gpu_speed
@@ -240,7 +240,7 @@ def later_calls(module, weight, base: Inputs, act_dtype, first: dict, device: st
     Their median wall time (host-inclusive: Python, launches, the final sync) and, on a GPU, the
     call's GPU time (harness.pipeline.speed), measured after everything compared, the worker's
     judge kept off the GPU meanwhile (harness.pipeline.gpushare; where it could not be, no GPU
-    time). The wait for it counts in the implementation's timed-call seconds. (per-output
+    time; the wait for it is not counted in the implementation's timed-call seconds). (per-output
     Repeat, Speed or None). `act_dtype`: y's (the bytes moved count it); `name`: the
     implementation's, under which gputime remembers a call that cannot be captured."""
     call = _Call(module, weight, base, grad=backward)
@@ -337,7 +337,7 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
     except BaseException as e:
         return _failure(e, "forward" if not impl.backward else "forward/backward")
     rec = CallRecord("ran", "", outputs, problems, seconds=time.perf_counter() - t0)
-    t1 = time.perf_counter()
+    t1, w1 = time.perf_counter(), gpushare.waited()
     if not outputs:                                # no usable y: the inference path's is not judged either
         rec.problems = {**problems, INFERENCE_OUTPUT: problems["y"]}
     else:
@@ -352,7 +352,7 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
                 raise
             rec.repeats = {k: Repeat(error=short(e)) for k in outputs}
         rec.repeats = {**rec.repeats, **infer_repeats}
-    rec.timing_seconds = time.perf_counter() - t1
+    rec.timing_seconds = time.perf_counter() - t1 - (gpushare.waited() - w1)     # the judge's turn is not its cost
     if fpenv.flushes_subnormals():
         notes.append(f"left {fpenv.WHAT} on; turned off after its pair")
         fpenv.restore()

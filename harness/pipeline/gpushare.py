@@ -22,6 +22,14 @@ TIMING_WAIT = 120.0       # seconds the implementation's timing waits for the ju
 SLICE = 0.1               # seconds between looks at whether the other side is gone
 
 _LOCK = None
+_WAITED = 0.0             # seconds this process has waited for the other side, in all
+
+
+def waited() -> float:
+    """Seconds this process has waited, in all, for the other side to let go of the worker's GPU:
+    the implementation's process keeps them out of its timed-call seconds (harness.pipeline.call),
+    which count what the implementation costs (the judge waits outside its timed steps)."""
+    return _WAITED
 
 
 def create() -> None:
@@ -38,12 +46,15 @@ def alone(on: bool, wait: float, gone: Callable[[], bool] = lambda: False):
     pair: its judge and its calls are one process, one after the other, with no other side to wait
     for; other processes on the same GPU — pytest-xdist workers running inline pairs — share it as
     a sweep's other workers do)."""
+    global _WAITED
     held = False
     if on and _LOCK is not None:
-        end = time.monotonic() + wait
+        start = time.monotonic()
+        end = start + wait
         while not (held := _LOCK.acquire(timeout=min(SLICE, max(0.0, end - time.monotonic())))):
             if time.monotonic() >= end or gone():
                 break
+        _WAITED += time.monotonic() - start
     try:
         yield held or (on and _LOCK is None)
     finally:
