@@ -19,13 +19,15 @@ from pathlib import Path
 from harness.references.errors import UsageError
 from harness.references.exact import OUTPUTS
 from harness.references.formats import FORMATS, Format
-from harness.references.mathclass import ACCURATE, MathClass
+from harness.references.mathclass import ACCURATE, MathClass, parse_math
 from harness.references.metrics import gated_metric, get, registry
 from harness.references.models import RoundingModel, resolve
 from harness.references.models.noise import U32, exact_path_noise
 from harness.reports.schema import reference_output
 
-FILE_COLUMNS = ("impl", "rounding", "dtype", "output", "reference", "regime", "metric", "budget")
+FILE_COLUMNS = ("impl", "rounding", "math", "dtype", "output", "reference", "regime", "metric", "budget")
+# The columns before the math class had one (every line then applies at every class): still read.
+LEGACY_COLUMNS = tuple(c for c in FILE_COLUMNS if c != "math")
 REFERENCE_KINDS = ("exact", "model")
 REGIMES = ("normal", "extreme")
 # `budgets regen` may grow a default budget at most this many times over (glibc keeps libm's
@@ -81,15 +83,16 @@ class Override:
     regime: str
     metric: str
     budget: float
+    math: str = "*"           # the math class judged at (MathClass.label): `fla` and `fla@accurate` differ
 
-    def matches(self, impl, rounding, dtype, output, kind, regime) -> bool:
+    def matches(self, impl, rounding, dtype, output, kind, regime, math="*") -> bool:
         return all(want in ("*", have) for want, have in (
             (self.impl, impl), (self.rounding, rounding), (self.dtype, dtype), (self.output, output),
-            (self.reference, kind), (self.regime, regime)))
+            (self.reference, kind), (self.regime, regime), (self.math, math)))
 
     def specificity(self) -> int:
         return sum(v != "*" for v in (self.impl, self.rounding, self.dtype, self.output,
-                                      self.reference, self.regime))
+                                      self.reference, self.regime, self.math))
 
 
 def _check_field(path: str, line: int, key: str, value: str, allowed) -> None:
@@ -98,21 +101,22 @@ def _check_field(path: str, line: int, key: str, value: str, allowed) -> None:
 
 
 def parse_budget_file(text: str, path: str) -> list[Override]:
-    """CSV, one budget per line: impl,rounding,dtype,output,reference,regime,metric,budget ('*' = any).
+    """CSV, one budget per line: impl,rounding,math,dtype,output,reference,regime,metric,budget ('*' =
+    any; a file without the math column, as written before it existed, applies at every class).
     Every field is checked: a typo would otherwise silently match nothing."""
     reader = csv.reader(io.StringIO(text))
     numbered = [(reader.line_num, r) for r in reader]          # line numbers before filtering
     numbered = [(n, r) for n, r in numbered if r and not r[0].lstrip().startswith("#")]
     if not numbered:
         raise UsageError(f"{path}: empty budget file")
-    header = [h.strip() for h in numbered[0][1]]
-    if tuple(header) != FILE_COLUMNS:
+    header = tuple(h.strip() for h in numbered[0][1])
+    if header not in (FILE_COLUMNS, LEGACY_COLUMNS):
         raise UsageError(f"{path}: line {numbered[0][0]}: header must be {','.join(FILE_COLUMNS)}")
     out = []
     for i, r in numbered[1:]:
-        if len(r) != len(FILE_COLUMNS):
-            raise UsageError(f"{path}: line {i}: expected {len(FILE_COLUMNS)} fields, got {len(r)}")
-        d = dict(zip(FILE_COLUMNS, (c.strip() for c in r)))
+        if len(r) != len(header):
+            raise UsageError(f"{path}: line {i}: expected {len(header)} fields, got {len(r)}")
+        d = {"math": "*", **dict(zip(header, (c.strip() for c in r)))}
         _check_field(path, i, "output", d["output"], OUTPUTS)
         _check_field(path, i, "reference", d["reference"], REFERENCE_KINDS)
         _check_field(path, i, "regime", d["regime"], REGIMES)
@@ -122,6 +126,11 @@ def parse_budget_file(text: str, path: str) -> list[Override]:
                 d["rounding"] = resolve(d["rounding"]).name
             except UsageError as e:
                 raise UsageError(f"{path}: line {i}: {e}") from None
+        if d["math"] != "*":
+            try:
+                d["math"] = parse_math(d["math"]).label
+            except UsageError as e:
+                raise UsageError(f"{path}: line {i}: math: {e}") from None
         if d["metric"] not in registry():
             raise UsageError(f"{path}: line {i}: metric: unknown {d['metric']!r}; one of {', '.join(registry())}")
         if not d["impl"]:
@@ -133,7 +142,7 @@ def parse_budget_file(text: str, path: str) -> list[Override]:
         if not (b >= 0) or math.isinf(b):
             raise UsageError(f"{path}: line {i}: budget: {b} must be finite and >= 0")
         out.append(Override(d["impl"], d["rounding"], d["dtype"], d["output"], d["reference"],
-                            d["regime"], d["metric"], b))
+                            d["regime"], d["metric"], b, d["math"]))
     return out
 
 
@@ -155,10 +164,11 @@ def load_budget_file(path: str) -> list[Override]:
 
 
 def lookup(overrides: list[Override], default: Budget, impl, rounding, dtype, output, kind,
-           regime, path: str = "budget file") -> Budget:
+           regime, path: str = "budget file", math: str = "*") -> Budget:
     """The most specific matching override (a budget file may also gate another registered metric
-    for an output), else the default. `kind`: the reference's, "exact" or "model"."""
-    hits = [o for o in overrides if o.matches(impl, rounding, dtype, output, kind, regime)]
+    for an output), else the default. `kind`: the reference's, "exact" or "model"; `math`: the
+    class the implementation is judged at (MathClass.label)."""
+    hits = [o for o in overrides if o.matches(impl, rounding, dtype, output, kind, regime, math)]
     if not hits:
         return default
     best = max(hits, key=Override.specificity)
@@ -171,16 +181,18 @@ def regen(results, allow_growth: bool = False):
     for a later, legitimately reordered one). Returns (lines, grown, refused): a key whose maximum
     exceeds its budget grows, at most REGEN_GROWTH_CAP times the default unless allow_growth."""
     ok = results[results["status"].isin(["pass", "fail"])]
-    ok = ok.assign(output=ok["output"].map(reference_output))      # y_infer is gated by y's budget lines
+    ok = ok.assign(output=ok["output"].map(reference_output),      # y_infer is gated by y's budget lines
+                   # one line per class: `fla` and `fla@accurate` in one run have budgets of their own
+                   math=(ok["math"].fillna("").astype(str).replace("", "*") if "math" in ok else "*"))
     lines, grown, refused = [], [], []
-    keys = ["impl", "rounding", "out_dtype", "output", "reference_kind", "regime", "budget_metric"]
+    keys = ["impl", "rounding", "math", "out_dtype", "output", "reference_kind", "regime", "budget_metric"]
     for key, grp in ok.groupby(keys, sort=True):
-        impl, rounding, dtype, output, kind, regime, metric = key
+        impl, rounding, mc, dtype, output, kind, regime, metric = key
         measured = float(grp[get(metric).column].max())
         old = float(grp["budget"].max())
         if not math.isfinite(old):          # reported, not gated (extreme vs exact): stays so
             continue
-        line_key = (impl, rounding, dtype, output, kind, regime, metric)
+        line_key = (impl, rounding, mc, dtype, output, kind, regime, metric)
         if not math.isfinite(measured):
             refused.append((line_key, measured, old))
             continue

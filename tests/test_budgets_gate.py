@@ -115,6 +115,44 @@ def test_lookup_specificity():
     assert lookup(ov, d, "torch", "chain", "bf16", "y", "model", "normal", "b.csv").value == 5.0
 
 
+def test_a_line_may_name_the_math_class_it_applies_at():
+    """`fla` judged at its declared fast class and `fla@accurate` are gated apart: a line with a math
+    class applies at that class alone (its alias canonical), one without at every class; a file
+    without the column (written before it existed) still reads, at every class."""
+    text = ("impl,rounding,math,dtype,output,reference,regime,metric,budget\n"
+            "fla,*,fast,*,y,exact,*,ulp,40\n"
+            "fla,*,ftz,*,y,exact,*,ulp,3\n"
+            "fla,*,*,*,y,exact,*,ulp,2\n")
+    ov = parse_budget_file(text, "b.csv")
+    assert [o.math for o in ov] == ["fast", "accurate+ftz", "*"]
+    d = Budget("ulp", 0.5, "default")
+    at = {mc: lookup(ov, d, "fla", "fused", "fp32", "y", "exact", "normal", "b.csv", mc).value
+          for mc in ("fast", "accurate+ftz", "accurate", "fast+ftz")}
+    assert at == {"fast": 40.0, "accurate+ftz": 3.0, "accurate": 2.0, "fast+ftz": 2.0}
+    legacy = parse_budget_file(HEADER + "fla,*,*,y,exact,*,ulp,7\n", "b.csv")
+    assert legacy[0].math == "*" and lookup(legacy, d, "fla", "fused", "fp32", "y", "exact", "normal",
+                                            "b.csv", "fast").value == 7.0
+    with pytest.raises(UsageError, match="line 2: math: .*'quick'"):
+        parse_budget_file("impl,rounding,math,dtype,output,reference,regime,metric,budget\n"
+                          "fla,*,quick,*,y,exact,*,ulp,4\n", "b.csv")
+
+
+def test_regen_keeps_each_math_class_to_its_own_lines(tmp_path):
+    """One run of `fla` and `fla@accurate`: their maxima are not merged into one line (the fast
+    class's larger budget would have gated the accurate one)."""
+    rows = [("fla", "fused", "fp32", "y", "exact", "normal", "ulp", 30.0, 0.0, 40.0, "pass"),
+            ("fla", "fused", "fp32", "y", "exact", "normal", "ulp", 0.9, 0.0, 1.0, "pass")]
+    df = _results(rows).assign(math=["fast", "accurate"])
+    lines, grown, refused = regen(df)
+    assert sorted((ln["math"], ln["budget"]) for ln in lines) == [("accurate", 1.0), ("fast", 40.0)]
+    f = tmp_path / "b.csv"
+    f.write_text(budget_file_text(lines))
+    ov = load_budget_file(str(f))
+    d = Budget("ulp", 0.5, "default")
+    assert lookup(ov, d, "fla", "fused", "fp32", "y", "exact", "normal", str(f), "accurate").value == 1.0
+    assert lookup(ov, d, "fla", "fused", "fp32", "y", "exact", "normal", str(f), "fast").value == 40.0
+
+
 # ------------------------------------------------------------------------------ regen
 
 def _results(rows):
@@ -137,8 +175,8 @@ def test_regen_rounds_up_grows_and_caps():
     assert by[("y", "exact")]["budget"] == pytest.approx(1.3)
     assert by[("y", "model")]["budget"] == 0.5                                 # never below the default
     assert by[("dx", "exact")]["budget"] == 1.0                                # refused: kept old
-    assert [(k[3], new, old) for k, new, old in grown] == [("y", pytest.approx(1.3), 1.0)]
-    assert [(k[3], new, old) for k, new, old in refused] == [("dx", 13.0, 1.0)]
+    assert [(k[4], new, old) for k, new, old in grown] == [("y", pytest.approx(1.3), 1.0)]
+    assert [(k[4], new, old) for k, new, old in refused] == [("dx", 13.0, 1.0)]
     lines, grown, refused = regen(df, allow_growth=True)
     by = {(ln["output"], ln["reference"]): ln for ln in lines}
     assert by[("dx", "exact")]["budget"] == 13.0 and not refused

@@ -167,7 +167,7 @@ def test_regen_writes_budgets_never_below_the_defaults(project, tmp_path):
     rc, text = session(project, tmp_path, test_file, "-k", "fp16", "--harness-isolate", "inline", "--harness-regen",
                        "--harness-budgets", str(budgets), "--harness-out", str(out))
     assert rc == 1, text                                # over the default budgets: fails, as --force-regen does
-    assert "--harness-regen: " in text and re.search(r"harness: grew xc,chain,fp16,\w+,model", text), text
+    assert "--harness-regen: " in text and re.search(r"harness: grew xc,chain,accurate,fp16,\w+,model", text), text
     assert f"harness: wrote 8 budgets to {budgets}" in text, text
     with open(budgets, newline="") as fh:
         written = {(r["output"], r["reference"]): float(r["budget"]) for r in csv.DictReader(fh)}
@@ -245,7 +245,7 @@ def test_xdist_workers_get_one_gpu_each(project, tmp_path):
 def test_budget_file_never_reads_back_below_a_budget():
     from harness.budgets import FILE_COLUMNS, budget_file_text, parse_budget_file
     values = [2.00439453125, 1.3, 0.5, 11.0, 2.0007, 1 / 3]
-    keys = ("*", "*", "bf16", "y", "exact", "normal", "ulp")
+    keys = ("*", "*", "*", "bf16", "y", "exact", "normal", "ulp")
     text = budget_file_text([dict(zip(FILE_COLUMNS, (*keys, v))) for v in values])
     assert [o.budget for o in parse_budget_file(text, "b.csv")] == values     # regen's floor survives the file
     assert "1.3\n" in text and "2.00439453125\n" in text
