@@ -54,13 +54,16 @@ def realised(fit: pd.DataFrame) -> tuple[list[str], str, list[str]]:
     return sorted(name for name, mc in whole.index if mc == best), best, none
 
 
-def within(g: pd.DataFrame) -> str:
-    """One output's fits as text: each model that fits at some class, at its least one."""
-    ok = g[g["ok"]]
-    if ok.empty:
+def within(fits) -> str:
+    """One output's fits as text, from its (model, math class, fits) triples (model_fits' columns
+    `model`, `math`, `ok`): each model that fits at some class, at its least one."""
+    classes: dict[str, list[str]] = {}
+    for name, mc, ok in fits:
+        if ok:
+            classes.setdefault(name, []).append(mc)
+    if not classes:
         return "none"
-    best = ok.groupby("model", sort=True)["math"].agg(least_class)
-    return ", ".join(f"{name} ({mc})" for name, mc in best.items())
+    return ", ".join(f"{name} ({least_class(mcs)})" for name, mcs in sorted(classes.items()))
 
 
 FORWARD = {"y", INFERENCE_OUTPUT}

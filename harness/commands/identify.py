@@ -30,7 +30,8 @@ def format_identify(df: pd.DataFrame) -> tuple[int, list[str], list[str]]:
     for impl in dict.fromkeys(table["impl"]):
         t = sort_keys(table[table["impl"] == impl], ["out_dtype", "output"])
         for (act, dt, out), g in t.groupby(["activation", "out_dtype", "output"], sort=False):
-            lines.append(f"{impl:24s} {dt:5s} {output_label(act, out):8s} within budget of: {within(g)}")
+            lines.append(f"{impl:24s} {dt:5s} {output_label(act, out):8s} within budget of: "
+                         f"{within(zip(g['model'], g['math'], g['ok']))}")
         if not realised(t)[0]:
             code = EXIT_FAIL
         verdicts.append(verdict_line(impl, t))
