@@ -202,11 +202,8 @@ def speed(d: pd.DataFrame) -> dict:
     `gpu_method`), and beside it the host-inclusive wall time — the share of the copy-bandwidth
     floor (from the GPU time), beside its worst normal-regime errors against its declared model and
     the exact value."""
-    pairs = d.drop_duplicates(PAIR)
-    pairs = pairs.assign(_size=(pairs["tokens"] * pairs["hidden"]).fillna(pairs["n_elements"]))
-    if "gpu_seconds" not in pairs:                       # results.csv written before schema 4
-        pairs = pairs.assign(gpu_seconds=np.nan, gpu_method="")
-    timed = pairs[pairs["impl_seconds"].notna()]
+    timed, has_gpu = _timed_pairs(d)
+    timed = timed.assign(_size=(timed["tokens"] * timed["hidden"]).fillna(timed["n_elements"]))
     normal = d[d["regime"] != "extreme"]
     rows = []
     for impl in sorted(d["impl"].unique()):
@@ -233,7 +230,6 @@ def speed(d: pd.DataFrame) -> dict:
                      "ratio": r["_ratio"].max()})
     s = pd.DataFrame(rows, columns=["impl", "model", "n", "calls", "gpu", "gpu_big", "method", "median", "big", "big_case",
                                     "floor", "floor_big", "ulp_m", "sc_m", "ulp_x", "sc_x", "ratio"])
-    has_gpu = bool(s["gpu"].notna().any())
     has_floor = bool(s["floor"].notna().any())
     s = s.assign(gpu=_ms(s["gpu"]), gpu_big=_ms(s["gpu_big"]), median=_ms(s["median"]), big=_ms(s["big"]),
                  floor=_num(s["floor"] * 100, ".1f"), floor_big=_num(s["floor_big"] * 100, ".1f"),
@@ -250,14 +246,20 @@ def speed(d: pd.DataFrame) -> dict:
     return {"table": _table(s, cols), "has_floor": has_floor, "has_gpu": has_gpu, "timed": int(len(timed))}
 
 
+def _timed_pairs(d: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """The timed pairs, one row each, and whether any has a GPU time (then the speed section's
+    table and figure read the GPU time, else the wall time): their one home."""
+    pairs = d.drop_duplicates(PAIR)
+    if "gpu_seconds" not in pairs:                       # results.csv written before schema 4
+        pairs = pairs.assign(gpu_seconds=np.nan, gpu_method="")
+    timed = pairs[pairs["impl_seconds"].notna()]
+    return timed, bool(timed["gpu_seconds"].notna().any())
+
+
 def speed_plot(d: pd.DataFrame) -> str | None:
     """The speed section's figure (plots.speed): each timed pair's time — the GPU time wherever one
     was measured, else the wall time — against its worst ratio to the exact value's budget."""
-    pairs = d.drop_duplicates(PAIR)
-    if "gpu_seconds" not in pairs:                       # results.csv written before schema 4
-        pairs = pairs.assign(gpu_seconds=np.nan)
-    timed = pairs[pairs["impl_seconds"].notna()]
-    has_gpu = bool(timed["gpu_seconds"].notna().any())
+    timed, has_gpu = _timed_pairs(d)
     # plotted against the exact value: against its own model every correct implementation sits
     # just under 1 (its error at most half an ULP, the budget half an ULP), whatever its accuracy
     exact = d[d["reference"] == "exact"]

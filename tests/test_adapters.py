@@ -245,17 +245,21 @@ def test_fla_adapters_are_listed_without_importing_fla(monkeypatch):
             assert impl.factory is None and impl.unavailable.startswith("fla")
 
 
-def test_fla_not_importable_is_the_factory_s_error_remembered(monkeypatch):
+def test_fla_not_importable_is_the_factory_s_error_remembered(monkeypatch, tmp_path):
+    """A kernel file that does not load (here: its own import fails) is the factory's ImportError,
+    with the file's error, loaded once a process."""
+    broken = tmp_path / "fused_norm_gate.py"
+    broken.write_text("import no_such_module_of_fla\n")
     monkeypatch.setattr(fla_adapter, "_LOADED", {})
-    monkeypatch.setattr(fla_adapter, "_FOUND", {"fla": ("no_such_module_of_fla", Path("/nonexistent/fla/x.py"))})
-    tried = []
-    real = importlib.import_module
-    monkeypatch.setattr(importlib, "import_module", lambda name, *a: tried.append(name) or real(name, *a))
+    monkeypatch.setattr(fla_adapter, "_FOUND", {"fla": ("fla.modules.norm.fused_norm_gate", broken)})
+    loads = []
+    real = fla_adapter.load_file
+    monkeypatch.setattr(fla_adapter, "load_file", lambda path, name: loads.append(path) or real(path, name))
     impl = fla_adapter.fused_implementation(lambda: fla_adapter.load("fla"))
     for _ in range(2):
         with pytest.raises(ImportError, match="fla not importable .ModuleNotFoundError.*no_such_module_of_fla"):
             impl.factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
-    assert tried == ["no_such_module_of_fla"]          # the module whose file was found, once a process
+    assert loads == [broken]                           # the file found, once a process
 
 
 # A stand-in for fla's RMSNormGated with its signature and defaults (eps=1e-5, norm_before_gate=False)
@@ -321,12 +325,9 @@ def test_fla_factories_keep_their_own_kernels(monkeypatch):
 
     def rms_norm_gated(x, g, weight, bias, activation="swish", eps=1e-6):
         return x
-    mods = {"fla": types.ModuleType("fla"), "fla.modules": types.ModuleType("fla.modules"),
-            "fla.modules.norm": types.ModuleType("fla.modules.norm"),
-            "fla.modules.norm.fused_norm_gate": types.SimpleNamespace(rms_norm_gated=rms_norm_gated),
-            "fla.modules.norm.layernorm_gated": types.SimpleNamespace(RMSNormGated=StandIn, rmsnorm_fn=standin_fn)}
-    for name, mod in mods.items():
-        monkeypatch.setitem(sys.modules, name, mod)
+    files = {"fused_norm_gate.py": types.SimpleNamespace(rms_norm_gated=rms_norm_gated),
+             "layernorm_gated.py": types.SimpleNamespace(RMSNormGated=StandIn, rmsnorm_fn=standin_fn)}
+    monkeypatch.setattr(fla_adapter, "load_file", lambda path, name: files[Path(path).name])
     monkeypatch.setattr(fla_adapter, "package_file", lambda top, files, needs: (Path("/site/fla", files[0]), ""))
     monkeypatch.setattr(fla_adapter, "_LOADED", {})          # the stand-ins must not outlive the test
     monkeypatch.setattr(fla_adapter, "_FOUND", {})
@@ -359,13 +360,15 @@ def test_fla_kernels_load_from_their_file_not_through_fla_modules(tmp_path, monk
     monkeypatch.setattr(fla_adapter, "NEEDS", ())
     monkeypatch.setattr(fla_adapter, "_LOADED", {})
     monkeypatch.setattr(fla_adapter, "_FOUND", {})
-    found = {i.name: i for i in fla_adapter.implementations()}
-    assert found["fla"].unavailable is None and found["fla-gated"].unavailable.startswith("fla")
-    m = found["fla"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
-    assert m.fn.__name__ == "rms_norm_gated" and "fla.utils" in sys.modules
-    assert "fla.modules" not in sys.modules and "fla.modules.norm" not in sys.modules
-    for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
-        del sys.modules[name]                  # the fake fla must not outlive the test
+    try:
+        found = {i.name: i for i in fla_adapter.implementations()}
+        assert found["fla"].unavailable is None and found["fla-gated"].unavailable.startswith("fla")
+        m = found["fla"].factory(8, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu")
+        assert m.fn.__name__ == "rms_norm_gated" and "fla.utils" in sys.modules
+        assert "fla.modules" not in sys.modules and "fla.modules.norm" not in sys.modules
+    finally:
+        for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
+            del sys.modules[name]              # the fake fla must not outlive the test
 
 
 def _fla_importable() -> bool:

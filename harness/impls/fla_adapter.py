@@ -28,7 +28,6 @@ are `skip` rows. mamba_ssm's own copy is harness/impls/mamba_adapter.py."""
 from __future__ import annotations
 
 import functools
-import importlib
 from pathlib import Path
 from typing import Callable
 
@@ -126,7 +125,10 @@ def load(name: str) -> tuple:
     for two files that need none of them. The file's own imports (`fla.utils`, `fla.backends`,
     triton, einops) are fla's real modules; on NVIDIA no backend registers a replacement for
     these kernels (fla-core 0.6.0 registers its Ascend ones only on an NPU), so the functions run
-    are the ones `from fla.modules import ...` gives."""
+    are the ones `from fla.modules import ...` gives. (With the whole flash-linear-attention
+    package installed, fla's own __init__ imports its layers, and they fla.modules: the saving is
+    fla-core's alone.) No fla release's two files import relatively, so nothing falls back to the
+    package: a file that does not load is the error the factory raises."""
     if name not in _LOADED:
         module, path = _FOUND.get(name) or (None, None)
         if path is None:
@@ -134,10 +136,7 @@ def load(name: str) -> tuple:
         try:
             if path is None:
                 raise ModuleNotFoundError(why)
-            try:
-                mod = load_file(path, module.replace(".", "_"))
-            except Exception:               # a file that cannot stand alone (an older layout's relative
-                mod = importlib.import_module(module)       # imports): through its package, as a user would
+            mod = load_file(path, module.replace(".", "_"))
             _LOADED[name] = tuple(getattr(mod, n) for n in KERNELS[name][1])
         except Exception as e:              # triton missing or broken, or a layout without these names
             _LOADED[name] = ImportError(f"fla not importable ({type(e).__name__}: {e})")

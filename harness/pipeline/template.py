@@ -88,7 +88,8 @@ def _become_worker(fds: list[int], env: dict, cwd: str, umask: int, flags: tuple
     importlib.invalidate_caches()          # files written since the template started are found
     # numpy's legacy global generator, where the template's imports created it: a fresh interpreter
     # seeds it from the OS, and every fork would draw the template's sequence (Python's `random`
-    # reseeds itself at fork; torch's default generator starts from a fixed seed in both)
+    # reseeds itself at fork; torch's default generator starts from a fixed seed in both). A start-up
+    # hook that seeds it on purpose (a sitecustomize's np.random.seed(n)) is overridden here.
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
     return main(impl_fd, judge_fd, template, flags)
