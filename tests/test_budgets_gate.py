@@ -138,8 +138,9 @@ def test_a_line_may_name_the_math_class_it_applies_at():
 
 
 def test_regen_keeps_each_math_class_to_its_own_lines(tmp_path):
-    """One run of `fla` and `fla@accurate`: their maxima are not merged into one line (the fast
-    class's larger budget would have gated the accurate one)."""
+    """`fla`'s rows at its fast class and at accurate (two runs' results together; one run takes a
+    name once): one line each, where one line without the class carried the fast class's larger
+    budget to the accurate one — as a file regenerated at one class did to a run at another."""
     rows = [("fla", "fused", "fp32", "y", "exact", "normal", "ulp", 30.0, 0.0, 40.0, "pass"),
             ("fla", "fused", "fp32", "y", "exact", "normal", "ulp", 0.9, 0.0, 1.0, "pass")]
     df = _results(rows).assign(math=["fast", "accurate"])
