@@ -83,9 +83,12 @@ class Override:
     regime: str
     metric: str
     budget: float
-    math: str = "*"           # the math class judged at (MathClass.label): `fla` and `fla@accurate` differ
+    # the math class judged at (MathClass.label): `fla` and `fla@accurate` differ. Last, with a
+    # default, so that lines read from a file without the column (and older callers) stay valid; it
+    # is the file's third column: build an Override by keyword, not from a file row's order
+    math: str = "*"
 
-    def matches(self, impl, rounding, dtype, output, kind, regime, math="*") -> bool:
+    def matches(self, impl, rounding, dtype, output, kind, regime, math) -> bool:
         return all(want in ("*", have) for want, have in (
             (self.impl, impl), (self.rounding, rounding), (self.dtype, dtype), (self.output, output),
             (self.reference, kind), (self.regime, regime), (self.math, math)))
@@ -111,7 +114,8 @@ def parse_budget_file(text: str, path: str) -> list[Override]:
         raise UsageError(f"{path}: empty budget file")
     header = tuple(h.strip() for h in numbered[0][1])
     if header not in (FILE_COLUMNS, LEGACY_COLUMNS):
-        raise UsageError(f"{path}: line {numbered[0][0]}: header must be {','.join(FILE_COLUMNS)}")
+        raise UsageError(f"{path}: line {numbered[0][0]}: header must be {','.join(FILE_COLUMNS)} "
+                         f"(or the same without math, as written before it existed)")
     out = []
     for i, r in numbered[1:]:
         if len(r) != len(header):
@@ -130,7 +134,7 @@ def parse_budget_file(text: str, path: str) -> list[Override]:
             try:
                 d["math"] = parse_math(d["math"]).label
             except UsageError as e:
-                raise UsageError(f"{path}: line {i}: math: {e}") from None
+                raise UsageError(f"{path}: line {i}: {e}") from None
         if d["metric"] not in registry():
             raise UsageError(f"{path}: line {i}: metric: unknown {d['metric']!r}; one of {', '.join(registry())}")
         if not d["impl"]:
@@ -164,7 +168,7 @@ def load_budget_file(path: str) -> list[Override]:
 
 
 def lookup(overrides: list[Override], default: Budget, impl, rounding, dtype, output, kind,
-           regime, path: str = "budget file", math: str = "*") -> Budget:
+           regime, path: str = "budget file", *, math: str) -> Budget:
     """The most specific matching override (a budget file may also gate another registered metric
     for an output), else the default. `kind`: the reference's, "exact" or "model"; `math`: the
     class the implementation is judged at (MathClass.label)."""

@@ -106,13 +106,13 @@ def test_lookup_specificity():
                                     "torch,*,*,y,*,*,ulp,5\n"
                                     "*,*,*,dx,*,*,scaled,9\n", "b.csv")
     d = Budget("ulp", 0.5, "default")
-    assert lookup(ov, d, "torch", "chain", "bf16", "y", "exact", "normal", "b.csv") == Budget("ulp", 6.0, "b.csv")
-    assert lookup(ov, d, "torch", "chain", "fp16", "y", "exact", "normal", "b.csv").value == 5.0
-    assert lookup(ov, d, "other", "chain", "bf16", "y", "exact", "normal", "b.csv").value == 4.0
-    assert lookup(ov, d, "other", "chain", "bf16", "dgate", "exact", "normal", "b.csv") == d
-    assert lookup([], d, "torch", "chain", "bf16", "y", "exact", "normal") == d
+    assert lookup(ov, d, "torch", "chain", "bf16", "y", "exact", "normal", "b.csv", math="accurate") == Budget("ulp", 6.0, "b.csv")
+    assert lookup(ov, d, "torch", "chain", "fp16", "y", "exact", "normal", "b.csv", math="accurate").value == 5.0
+    assert lookup(ov, d, "other", "chain", "bf16", "y", "exact", "normal", "b.csv", math="accurate").value == 4.0
+    assert lookup(ov, d, "other", "chain", "bf16", "dgate", "exact", "normal", "b.csv", math="accurate") == d
+    assert lookup([], d, "torch", "chain", "bf16", "y", "exact", "normal", math="accurate") == d
     # a reference is matched by its kind: a line's `model` matches a check against any model
-    assert lookup(ov, d, "torch", "chain", "bf16", "y", "model", "normal", "b.csv").value == 5.0
+    assert lookup(ov, d, "torch", "chain", "bf16", "y", "model", "normal", "b.csv", math="accurate").value == 5.0
 
 
 def test_a_line_may_name_the_math_class_it_applies_at():
@@ -126,13 +126,13 @@ def test_a_line_may_name_the_math_class_it_applies_at():
     ov = parse_budget_file(text, "b.csv")
     assert [o.math for o in ov] == ["fast", "accurate+ftz", "*"]
     d = Budget("ulp", 0.5, "default")
-    at = {mc: lookup(ov, d, "fla", "fused", "fp32", "y", "exact", "normal", "b.csv", mc).value
+    at = {mc: lookup(ov, d, "fla", "fused", "fp32", "y", "exact", "normal", "b.csv", math=mc).value
           for mc in ("fast", "accurate+ftz", "accurate", "fast+ftz")}
     assert at == {"fast": 40.0, "accurate+ftz": 3.0, "accurate": 2.0, "fast+ftz": 2.0}
     legacy = parse_budget_file(HEADER + "fla,*,*,y,exact,*,ulp,7\n", "b.csv")
     assert legacy[0].math == "*" and lookup(legacy, d, "fla", "fused", "fp32", "y", "exact", "normal",
-                                            "b.csv", "fast").value == 7.0
-    with pytest.raises(UsageError, match="line 2: math: .*'quick'"):
+                                            "b.csv", math="fast").value == 7.0
+    with pytest.raises(UsageError, match="line 2: math class 'quick'"):
         parse_budget_file("impl,rounding,math,dtype,output,reference,regime,metric,budget\n"
                           "fla,*,quick,*,y,exact,*,ulp,4\n", "b.csv")
 
@@ -150,8 +150,8 @@ def test_regen_keeps_each_math_class_to_its_own_lines(tmp_path):
     f.write_text(budget_file_text(lines))
     ov = load_budget_file(str(f))
     d = Budget("ulp", 0.5, "default")
-    assert lookup(ov, d, "fla", "fused", "fp32", "y", "exact", "normal", str(f), "accurate").value == 1.0
-    assert lookup(ov, d, "fla", "fused", "fp32", "y", "exact", "normal", str(f), "fast").value == 40.0
+    assert lookup(ov, d, "fla", "fused", "fp32", "y", "exact", "normal", str(f), math="accurate").value == 1.0
+    assert lookup(ov, d, "fla", "fused", "fp32", "y", "exact", "normal", str(f), math="fast").value == 40.0
 
 
 # ------------------------------------------------------------------------------ regen

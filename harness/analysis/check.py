@@ -76,7 +76,7 @@ def budget_for(case: Case, impl: Implementation, out: str, kind: str, fmt, act, 
     d = default_budget(out, kind, impl.rounding, fmt, act, promoted_format(fmt_of(case.weight_dtype), act),
                        case.group, case.tokens, case.norm_before_gate, case.regime, impl.math)
     return lookup(list(overrides), d, impl.name, impl.rounding.name, fmt.name, out, kind, case.regime,
-                  override_path, impl.math.label)
+                  override_path, math=impl.math.label)
 
 
 def interval(refs: CaseReferences, ref: Reference, act, out: str):
