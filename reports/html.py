@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.references.atomic import atomic_write
 from harness.reports import plots
-from harness.reports.realised import least_class, model_fits, output_label, verdict_line, within
+from harness.reports.realised import by_output, least_class, model_fits, output_label, verdict_line, within
 from harness.reports.schema import BACKWARD_OUTPUTS, FORWARD_ONLY, STATUSES
 from harness.reports.summary import budget_ratio, gated, normalize, pair_notes, sort_keys, worst_value
 
@@ -101,16 +101,9 @@ def models(d: pd.DataFrame) -> dict:
         if len(f[["model", "math"]].drop_duplicates()) == 1:
             line += " (only one model measured, at one math class; harness identify measures every built-in model at every class)"
         impls.append({"impl": impl, "declared": own, "declared_math": own_math, "line": line})
-        # each output's fits as tuples, grouped here: a frame grouped, then filtered per model and
-        # cell, was most of the report's table time (195 outputs x 3 models in a 9-implementation quick)
-        groups: dict[tuple, list] = {}
-        for r in sort_keys(f, ["out_dtype", "output"])[["activation", "out_dtype", "output", "model", "math", "checks",
-                                                          "passed", "ok"]].itertuples(index=False):
-            groups.setdefault((r.activation, r.out_dtype, r.output), []).append(r)
-        for (act, dt, out), fits in groups.items():
+        for (act, dt, out), fits in by_output(f).items():
             cells = [_model_cell([r for r in fits if r.model == name], name == own) for name in names]
-            rows.append({"key": [impl, dt, output_label(act, out)], "cells": cells,
-                         "within": within((r.model, r.math, r.ok) for r in fits)})
+            rows.append({"key": [impl, dt, output_label(act, out)], "cells": cells, "within": within(fits)})
     return {"names": names, "impls": impls, "rows": rows}
 
 

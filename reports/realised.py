@@ -11,6 +11,7 @@ import pandas as pd
 
 from harness.references.mathclass import CLASSES
 from harness.reports.schema import INFERENCE_OUTPUT
+from harness.reports.summary import sort_keys
 
 RANK = {c.label: k for k, c in enumerate(CLASSES)}
 
@@ -54,13 +55,24 @@ def realised(fit: pd.DataFrame) -> tuple[list[str], str, list[str]]:
     return sorted(name for name, mc in whole.index if mc == best), best, none
 
 
+def by_output(fit: pd.DataFrame) -> dict[tuple[str, str, str], list]:
+    """One implementation's fits per output, (activation, out_dtype, output) -> its rows (named
+    tuples of model_fits' columns), outputs in the report's order (out dtype, then output): what
+    identify prints and the report's models table shows, a line or row per output. Plain tuples:
+    a frame grouped, then filtered per model and cell, was most of the report's table time."""
+    groups: dict[tuple[str, str, str], list] = {}
+    for r in sort_keys(fit, ["out_dtype", "output"]).itertuples(index=False):
+        groups.setdefault((r.activation, r.out_dtype, r.output), []).append(r)
+    return groups
+
+
 def within(fits) -> str:
-    """One output's fits as text, from its (model, math class, fits) triples (model_fits' columns
-    `model`, `math`, `ok`): each model that fits at some class, at its least one."""
+    """One output's fits (by_output's rows) as text: each model that fits at some class, at its
+    least one."""
     classes: dict[str, list[str]] = {}
-    for name, mc, ok in fits:
-        if ok:
-            classes.setdefault(name, []).append(mc)
+    for r in fits:
+        if r.ok:
+            classes.setdefault(r.model, []).append(r.math)
     if not classes:
         return "none"
     return ", ".join(f"{name} ({least_class(mcs)})" for name, mcs in sorted(classes.items()))

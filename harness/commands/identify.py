@@ -15,7 +15,7 @@ from harness.commands import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Progress, err
 from harness.references.errors import UsageError
 from harness.references.mathclass import CLASSES
 from harness.references.models import builtin_models
-from harness.reports.realised import model_fits, output_label, realised, verdict_line, within
+from harness.reports.realised import by_output, model_fits, output_label, realised, verdict_line, within
 from harness.reports.summary import sort_keys
 
 
@@ -28,10 +28,9 @@ def format_identify(df: pd.DataFrame) -> tuple[int, list[str], list[str]]:
                    f"dweight's the weight's)"], EXIT_OK
     verdicts = []
     for impl in dict.fromkeys(table["impl"]):
-        t = sort_keys(table[table["impl"] == impl], ["out_dtype", "output"])
-        for (act, dt, out), g in t.groupby(["activation", "out_dtype", "output"], sort=False):
-            lines.append(f"{impl:24s} {dt:5s} {output_label(act, out):8s} within budget of: "
-                         f"{within(zip(g['model'], g['math'], g['ok']))}")
+        t = sort_keys(table[table["impl"] == impl], ["out_dtype", "output"])     # realised's order too
+        for (act, dt, out), fits in by_output(t).items():
+            lines.append(f"{impl:24s} {dt:5s} {output_label(act, out):8s} within budget of: {within(fits)}")
         if not realised(t)[0]:
             code = EXIT_FAIL
         verdicts.append(verdict_line(impl, t))
