@@ -27,7 +27,7 @@ from harness.impls.base import Implementation
 from harness.pipeline.drive import Pipeline, isolated
 from harness.pipeline.settings import Settings
 from harness.reports.rundir import OUTPUTS as RUN_FILES
-from harness.reports.rundir import PAIR_TIMING, RESULTS, TIMING, RunDir
+from harness.reports.rundir import PAIR, PAIR_TIMING, RESULTS, TIMING, RunDir, render_rows
 from harness.resume import resume_rows
 from harness.schedule import WorkQueue, compile_key, work_items
 from harness.worker import DEFAULT_TIMEOUT, sweep_envs
@@ -61,13 +61,13 @@ class SweepResult:
         return not self.unfinished
 
 
-def _suite_order(df: pd.DataFrame, cases: list[Case], impls: list[Implementation]) -> pd.DataFrame:
-    if df.empty:
-        return df
+def _suite_order(pairs: dict[tuple[str, str], str], cases: list[Case], impls: list[Implementation]) -> list[str]:
+    """The pairs' lines in the suite's order: by case, then implementation (a name the plan does
+    not hold after those it does, in the order found)."""
     order = {c.case_id: i for i, c in enumerate(cases)}
     rank = {i.name: j for j, i in enumerate(impls)}
-    key = df["case_id"].map(order).fillna(len(order)) * (len(rank) + 1) + df["impl"].map(rank).fillna(len(rank))
-    return df.assign(_k=key).sort_values("_k", kind="stable").drop(columns="_k").reset_index(drop=True)
+    keys = sorted(pairs, key=lambda k: (order.get(k[0], len(order)), rank.get(k[1], len(rank))))
+    return [pairs[k] for k in keys]
 
 
 def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] | None = None,
@@ -94,15 +94,19 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     timings: dict[str, float] = {}
     lock = threading.Lock()
     state = {"done": 0}
-    new_rows: list[dict] = []            # what the judges sent: the results, whatever the file says
+    # (case_id, impl) -> its rows' lines, what the judges sent (the kept pairs' as read): the
+    # results, whatever the file says
+    rendered: dict[tuple[str, str], str] = {}
+    if len(kept):
+        for key, rows in kept.groupby(PAIR, sort=False):
+            rendered[key] = render_rows(rows.to_dict("records"))
     failed: list[BaseException] = []
     pipes: list[Pipeline] = []
 
     def record(r: PairResult) -> None:
         rows = result_rows(r)
         with lock:
-            new_rows.extend(rows)
-            rd.append_pair(rows)
+            rendered[(r.case.case_id, r.impl.name)] = rd.append_pair(rows)
             rd.append_csv_row(PAIR_TIMING, {"case_id": r.case.case_id, "label": r.case.label, "impl": r.impl.name,
                                             "references": r.times.get("references", 0.0),
                                             "impl_seconds": r.times.get("impl", 0.0),
@@ -165,9 +169,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     timings["jobs"] = float(jobs)
     ready = [p.ready_at for p in pipes if p.ready_at is not None]
     timings["worker_start"] = min(ready) - m0 if ready else 0.0
-    df = pd.concat([kept, pd.DataFrame(new_rows)], ignore_index=True) if new_rows else kept
-    if len(df):
-        df = rd.write_results(_suite_order(df, sw.cases, sw.impls), read_back=True)
+    df = rd.write_rendered(_suite_order(rendered, sw.cases, sw.impls)) if rendered else kept
     got = set(zip(df["case_id"], df["impl"])) if len(df) else set()
     unfinished = sorted(planned - got)
     rd.write_frame(TIMING, pd.DataFrame(sorted(timings.items()), columns=["stage", "seconds"]))

@@ -337,3 +337,30 @@ def test_results_read_back_one_type_per_column_without_a_warning(tmp_path):
         again = read_results(rd.results)
     for d in (back, again):
         assert len(d) == 60000 and int(d["repeatable"].eq(True).sum()) == 801 + 19999
+
+
+def test_lines_rendered_as_pairs_arrive_are_the_frame_as_pandas_writes_it(tmp_path):
+    """The sweep writes results.csv from each pair's lines as it appended them: the same text,
+    byte for byte, as pandas' rendering of the frame of every row, for every kind of cell (NaN, NA
+    and None blank, numpy floats, a count as an integral float, text with commas, quotes, a newline),
+    and it reads back as that frame."""
+    import io
+
+    import numpy as np
+
+    from harness.reports.rundir import read_csv, render_rows, results_header, results_text
+    rows = [{"case_id": "c1", "impl": "x", "output": "y", "reference": "exact", "status": "error",
+             "reason": 'bad, "quoted",\nnewline; ü', "max_ulp": float("nan"), "max_scaled_err": np.float64(0.1),
+             "cr_mismatch": 3.0, "certified": None, "repeatable": True},
+            {"case_id": "c1", "impl": "x", "output": "dx", "reference": "model:chain", "status": "pass",
+             "max_ulp": 1e-300, "max_scaled_err": float("inf"), "cr_mismatch": 0, "certified": float("nan"), "fail_kind": pd.NA,
+             "repeatable": False, "not_a_column": "dropped"},
+            {"case_id": "c2", "impl": "x", "output": "y", "reference": "exact", "status": "skip", "reason": "NA",
+             "max_ulp": 0.5, "max_scaled_err": -0.0, "cr_mismatch": 12, "certified": 7.0}]
+    frame = pd.DataFrame(rows).drop(columns="not_a_column")
+    lines = render_rows(rows[:2]) + render_rows(rows[2:])
+    assert results_header() + lines == results_text(frame)
+    back = RunDir(tmp_path).create().write_rendered([render_rows(rows[2:]), render_rows(rows[:2])])
+    assert list(back["output"]) == ["y", "y", "dx"] and back["reason"].iloc[1] == 'bad, "quoted",\nnewline; ü'
+    assert back.equals(read_csv(io.StringIO(results_text(frame.iloc[[2, 0, 1]]))))
+    assert read_results(tmp_path / "results.csv")["certified"].isna().tolist() == [False, True, True]
