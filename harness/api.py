@@ -149,6 +149,17 @@ class Plan:
     baseline: pd.DataFrame | None = None
 
 
+def _case_list(cases) -> list:
+    """Cases given as objects: each a Case, the same case once (in first-given order), as a suite
+    file's are — results.csv holds one line per pair and output."""
+    out: dict = {}
+    for i, c in enumerate(cases):
+        if not isinstance(c, Case):
+            raise UsageError(f"cases[{i}]: a {type(c).__name__}, expected a Case (or give a suite's name or path)")
+        out.setdefault(c.case_id, c)
+    return list(out.values())
+
+
 def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golden=None,
          reference_backend="auto", shard_spec: tuple[int, int] | None = None, shard_by: str = "case",
          repeats: int | None = None, allow_nondeterministic: bool = False, math: str | None = None) -> Plan:
@@ -173,7 +184,7 @@ def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golde
         suite = load_suite(cases)
         case_list, suite_ref, suite_name = list(suite.cases), cases, suite.name
     else:
-        case_list, suite_ref, suite_name = list(cases), "", "cases"
+        case_list, suite_ref, suite_name = _case_list(cases), "", "cases"
     if shard_spec:
         case_list = shard(case_list, *shard_spec, by=shard_by)
     overrides = tuple(load_budget_file(budgets)) if budgets else ()

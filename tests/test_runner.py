@@ -364,3 +364,14 @@ def test_lines_rendered_as_pairs_arrive_are_the_frame_as_pandas_writes_it(tmp_pa
     assert list(back["output"]) == ["y", "y", "dx"] and back["reason"].iloc[1] == 'bad, "quoted",\nnewline; ü'
     assert back.equals(read_csv(io.StringIO(results_text(frame.iloc[[2, 0, 1]]))))
     assert read_results(tmp_path / "results.csv")["certified"].isna().tolist() == [False, True, True]
+
+
+def test_cases_given_as_objects_are_checked_and_each_runs_once():
+    """The Python API's `cases=[...]`: a repeated case runs once (results.csv holds one line per
+    pair and output, as a suite's collapsed duplicates do), in first-given order; anything but a
+    Case is a usage error naming its position."""
+    from harness.api import plan
+    a, b = load_suite("quick").cases[:2]
+    assert [c.case_id for c in plan(["torch"], cases=[b, a, b, a], device="cpu").cases] == [b.case_id, a.case_id]
+    with pytest.raises(UsageError, match=r"cases\[1\]: a str, expected a Case"):
+        plan(["torch"], cases=[a, "quick"], device="cpu")
