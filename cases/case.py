@@ -212,3 +212,9 @@ class Case:
             return str(v)
         lines = ["[[case]]"] + [f"{k} = {val(v)}" for k, v in self.params().items()]
         return "\n".join(lines)
+
+
+def distinct(cases) -> list[Case]:
+    """Each case once, in first-given order: one case_id is one case (the hash of every parameter),
+    and results.csv holds one line per pair and output."""
+    return list({c.case_id: c for c in cases}.values())

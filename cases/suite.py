@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from harness.cases.case import Case, param_problem
+from harness.cases.case import Case, distinct, param_problem
 from harness.references.errors import UsageError
 
 # The axes of a [[group]] (a [[case]] writes `seed` for `seeds`), in the product's order.
@@ -149,9 +149,8 @@ def parse_suite(text: str, path: str) -> Suite:
         cases += _expand(f"{path}: case[{i}]", c, single=True)
     if not cases:
         raise UsageError(f"{path}: no cases (add a [[group]] or [[case]])")
-    unique = list({c.case_id: c for c in cases}.values())     # same-dtype duplicates collapse
     return Suite(str(data.get("name", Path(path).stem)), str(data.get("description", "")), path,
-                 tuple(unique))
+                 tuple(distinct(cases)))      # same-dtype duplicates collapse
 
 
 def load_suite(name_or_path: str) -> Suite:

@@ -16,7 +16,7 @@ from typing import Callable
 
 import pandas as pd
 
-from harness.cases.case import Case
+from harness.cases.case import Case, distinct
 from harness.cases.params import check_case_rows
 from harness.gate import apply_baseline, failure_line, verdict
 from harness.impls.base import Implementation, from_factory
@@ -149,15 +149,13 @@ class Plan:
     baseline: pd.DataFrame | None = None
 
 
-def _case_list(cases) -> list:
-    """Cases given as objects: each a Case, the same case once (in first-given order), as a suite
-    file's are — results.csv holds one line per pair and output."""
-    out: dict = {}
+def _case_list(cases) -> list[Case]:
+    """Cases given as objects: each a Case (a usage error names the first that is not), each once."""
+    cases = list(cases)                        # a generator is read once
     for i, c in enumerate(cases):
         if not isinstance(c, Case):
             raise UsageError(f"cases[{i}]: a {type(c).__name__}, expected a Case (or give a suite's name or path)")
-        out.setdefault(c.case_id, c)
-    return list(out.values())
+    return distinct(cases)
 
 
 def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golden=None,
