@@ -139,6 +139,19 @@ def results_text(df: pd.DataFrame) -> str:
     return d.reindex(columns=cols).to_csv(index=False)
 
 
+def whole_records(data: bytes) -> bytes:
+    """`data` up to its last whole CSV record: through the last newline outside a quoted field (one
+    with an even count of quotes before it; a doubled quote counts twice), so that a write torn
+    inside a message that holds a newline is cut at the record's start, not inside its quotes."""
+    end, quotes = len(data), data.count(b'"')
+    while (nl := data.rfind(b"\n", 0, end)) >= 0:
+        quotes -= data.count(b'"', nl + 1, end)
+        if quotes % 2 == 0:
+            return data[: nl + 1]
+        end = nl
+    return b""
+
+
 class RunDir:
     def __init__(self, path: Path | str):
         self.path = Path(path)
@@ -213,9 +226,7 @@ class RunDir:
         is left as it was; the caller writes what it keeps."""
         if not self.results.exists():
             return pd.DataFrame()
-        data = self.results.read_bytes()
-        if data and not data.endswith(b"\n"):
-            data = data[: data.rfind(b"\n") + 1]
+        data = whole_records(self.results.read_bytes())
         if not data.strip():
             return pd.DataFrame()
         try:

@@ -143,6 +143,33 @@ def test_resume_keeps_complete_pairs_only(tmp_path):
     assert len(pt) == 3 and set(zip(pt.case_id, pt.impl)) == set(zip(kept.case_id, kept.impl))
 
 
+def test_whole_records_cuts_outside_quotes_only():
+    from harness.reports.rundir import whole_records
+    assert whole_records(b'a,b\n1,"x\ny"\n2,"p""q') == b'a,b\n1,"x\ny"\n'
+    assert whole_records(b'a,b\n1,"x\n') == b'a,b\n'                 # torn just after a quoted newline
+    assert whole_records(b'a,b\n1,"x""\ny"\n') == b'a,b\n1,"x""\ny"\n'  # a doubled quote inside
+    assert whole_records(b'a,b\n1,2\n') == b'a,b\n1,2\n' and whole_records(b'a,b') == b''
+
+
+@pytest.mark.parametrize("tear", ["after the message's newline", "inside its second line"])
+def test_resume_after_a_write_torn_inside_a_multiline_message(tmp_path, tear):
+    """A pair whose row holds a newline in a quoted field, killed mid-write: the pairs before it
+    are kept, the torn one runs again (the file stays readable, not 'not a readable results.csv')."""
+    sw = _sweep(tmp_path, impls=("torch", "torch-fused"))
+    rd = sw.rundir
+    for n, (c, i) in enumerate((c, i) for c in sw.cases for i in sw.impls):
+        rows = pair_rows(c, i, sw.settings)
+        if n == 3:
+            rows[0]["notes"] = 'first line, "quoted"\nsecond line'
+        rd.append_pair(rows)
+    text = rd.results.read_text()
+    cut = text.index("second line") + (0 if tear.startswith("after") else len("second"))
+    rd.results.write_text(text[:cut])
+    kept = resume_rows(sw)
+    assert len(kept) == 3 * 10 and (kept.groupby(["case_id", "impl"]).size() == 10).all()
+    assert (sw.cases[1].case_id, "torch-fused") not in set(zip(kept.case_id, kept.impl))
+
+
 def test_resume_drops_other_impls_cases_devices_and_duplicates(tmp_path):
     sw = _sweep(tmp_path, impls=("torch", "torch-fused"))
     _write_pairs(sw.rundir, sw)
