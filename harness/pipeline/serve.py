@@ -82,9 +82,14 @@ def preload(names: list[str]) -> None:
             pass
 
 
-def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
+def implementation_loop(conn: Connection, warm: tuple[str, ...] = (), cuda_before_fork: str = "") -> int:
+    """The implementation's side: each pair's calls (harness.pipeline.call) and its record back.
+    `cuda_before_fork`: why CUDA had started in the worker before it forked this process (which then
+    cannot use it: harness.pipeline.cudafork); a sweep on a CUDA device gets an error row per pair
+    saying so, a CPU sweep runs."""
     from harness.impls.registry import resolve
     from harness.pipeline.call import CallRecord, run_calls
+    from harness.pipeline.cudafork import unusable
     from harness.pipeline.wire import encode
     prctl(36, 1)                              # 36: PR_SET_CHILD_SUBREAPER: before any library's import
     flags = dict(f.split("=", 1) if "=" in f else (f, "") for f in warm)
@@ -92,7 +97,8 @@ def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
         sys.path[:] = list(dict.fromkeys(json.loads(flags["path"]) + sys.path))
     # the CUDA context in a thread, beside the imports: the driver's work (most of it outside the
     # GIL) overlaps them, where one after the other they added up; both done before it is ready
-    cuda = threading.Thread(target=warm_cuda, name="warm-cuda", daemon=True) if "cuda" in flags else None
+    cuda = (threading.Thread(target=warm_cuda, name="warm-cuda", daemon=True)
+            if "cuda" in flags and not cuda_before_fork else None)
     if cuda is not None:
         cuda.start()
     if flags.get("preload"):
@@ -108,6 +114,7 @@ def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
         from harness.pinned import pin_imports
         pin_imports(*pinned)
     conn.send_bytes(READY)
+    no_cuda = unusable(cuda_before_fork, settings.device)
     impls: dict = {}
     while True:
         try:
@@ -119,6 +126,9 @@ def implementation_loop(conn: Connection, warm: tuple[str, ...] = ()) -> int:
             if msg[0] == "exit":
                 return 0
             _, case, impl = msg
+            if no_cuda:
+                conn.send_bytes(encode(CallRecord("error", no_cuda)))
+                continue
             if isinstance(impl, str):
                 impl = impls[impl] if impl in impls else impls.setdefault(impl, resolve(impl))
             rec = run_calls(case, impl, settings)
@@ -225,15 +235,17 @@ def main(impl_fd: int, judge_fd: int, parent: int, warm: tuple[str, ...] = ()) -
         impl.send_bytes(b"crash " + escaped(e).encode())
         judge.send(("crash", escaped(e)))
         return 1
+    from harness.pipeline.cudafork import cuda_started
     from harness.pipeline.gpushare import create
     create()                                   # one lock, both sides: made before the fork
+    started = cuda_started()
     me = os.getpid()
     child = os.fork()
     if child == 0:                             # the implementation's process
         judge.close()
         os.setsid()
         die_with_parent(me)
-        return implementation_loop(impl, warm)
+        return implementation_loop(impl, warm, started)
     impl.close()                               # the judge: no implementation's code runs here
     return judge_loop(judge, child)
 

@@ -6,14 +6,16 @@ the command. A worker then starts in milliseconds, where a fresh interpreter imp
 crash, a hang or a CUDA error, and every sweep of a process that runs several (the pytest plugin,
 the Python API) paid.
 
-Invariants. The template never runs an implementation's code, never computes, and never starts
-CUDA (a process forked after CUDA has started cannot use it: a request that finds it started is
-refused, and the command starts a fresh interpreter instead); it forks from its only thread. A
-forked worker is what harness.pipeline.serve is after its imports, in a pristine process: it takes
-the environment it was asked for (which may differ from the template's only where nothing was read
-at import: harness.worker_template.LATE_KEYS), starts a session of its own, writes its output to
-a pipe of its own, dies with the template, and runs serve's main. The template dies with the
-command (the parent-death signal), reaps its children and tells the command each one's exit status.
+Invariants. The template never runs an implementation's code, never computes, and never starts CUDA
+(a process forked after CUDA has started cannot use it, harness.pipeline.cudafork: a template that
+finds it started once its imports are done — by an interpreter's start-up hook — ends as one whose
+imports failed, and a request that finds it started is refused; the command starts a fresh
+interpreter instead); it forks from its only thread. A forked worker is what harness.pipeline.serve
+is after its imports, in a pristine process: it takes the environment it was asked for (which may
+differ from the template's only where nothing was read at import:
+harness.worker_template.LATE_KEYS), starts a session of its own, writes its output to a pipe of its
+own, dies with the template, and runs serve's main. The template dies with the command (the
+parent-death signal), reaps its children and tells the command each one's exit status.
 
 Messages on the control socket (SOCK_SEQPACKET, one pickle per message; both ends are the
 harness's own processes): in, ("fork", key, env, cwd, umask, flags) with the new worker's three
@@ -59,11 +61,6 @@ def _report_exits(control: socket.socket, children: dict[int, int]) -> None:
             _send(control, ("exit", key, os.waitstatus_to_exitcode(status)))
 
 
-def _cuda_started() -> bool:
-    torch = sys.modules.get("torch")
-    return bool(torch is not None and torch.cuda.is_initialized())
-
-
 def _become_worker(fds: list[int], env: dict, cwd: str, umask: int, flags: tuple, template: int) -> int:
     """In the forked child: the worker's session, output, standard input, environment, working
     directory and umask (the command's, as a fresh interpreter would inherit them), then
@@ -96,6 +93,7 @@ def _become_worker(fds: list[int], env: dict, cwd: str, umask: int, flags: tuple
 
 
 def main(control_fd: int, parent: int) -> int:
+    from harness.pipeline.cudafork import cuda_started
     from harness.pipeline.serve import die_with_parent, escaped, import_worker_modules
     from harness.worker import exit_now, kill_tree
     die_with_parent(parent)                    # not offered to the OOM killer: its death ends every worker
@@ -104,6 +102,10 @@ def main(control_fd: int, parent: int) -> int:
         import_worker_modules()
     except BaseException as e:                 # noqa: BLE001 — the command starts fresh workers, which say why
         _send(control, ("crash", escaped(e)))
+        return 1
+    started = cuda_started()                   # by a start-up hook: no worker forked from here could use it
+    if started:
+        _send(control, ("crash", f"no worker can be forked from the template: {started}"))
         return 1
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -134,8 +136,7 @@ def main(control_fd: int, parent: int) -> int:
             if pid is not None:                # unreaped, so the pid is still this child's
                 kill_tree(pid)
             continue
-        why = ("CUDA started in the template" if _cuda_started()
-               else "" if len(fds) == 3 else "no descriptors")
+        why = cuda_started() or ("" if len(fds) == 3 else "no descriptors")
         pid = None
         if not why:
             try:
