@@ -8,8 +8,8 @@ torch once between them. The template is started from a thread that lives as lon
 (it dies with the thread that started it, Linux's parent-death signal), so that it outlives the
 sweep's threads.
 
-Where no template can serve (its imports failed, it died, it refused: CUDA started in it),
-`fork` says None and the caller starts a fresh interpreter, as before templates."""
+Where no template can serve (its imports failed, it found CUDA's driver running, it died, it
+refused: CUDA started in it), `fork` says None and the caller starts a fresh interpreter, as before templates."""
 from __future__ import annotations
 
 import atexit
@@ -221,7 +221,7 @@ class Forked:
 
     def _after_template(self, pid: int) -> int | None:
         """The status of a worker whose template died: reaped here if it became this process's
-        child (a subreaper's), else gone unless /proc shows it running."""
+        child (a subreaper's) — or is about to —, else gone unless /proc shows it running."""
         if self._orphan is not None:
             return self._orphan
         try:
@@ -234,10 +234,17 @@ class Forked:
             pass
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
-                running = f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-        except (OSError, IndexError):
-            running = False
-        return None if running else -signal.SIGKILL
+                fields = f.read().rsplit(b")", 1)[1].split()
+            state, ppid = fields[0], int(fields[1])
+        except (OSError, IndexError, ValueError):
+            return -signal.SIGKILL
+        if state not in (b"Z", b"X"):
+            return None                              # still running
+        if state == b"Z" and ppid in (os.getpid(), self.t.proc.pid):
+            # dead, and this process's child once the template's exit has reparented it (a
+            # subreaper's): reaped at the next poll, so that no zombie is left behind
+            return None
+        return -signal.SIGKILL
 
     @property
     def returncode(self) -> int | None:
@@ -275,7 +282,7 @@ def fork(env: dict, flags: tuple[str, ...], timeout: float):
     with _LOCK:                              # the request sent under it: a template is never closed
         t = _TEMPLATES.get(key)              # between being chosen and being asked
         if t is not None and not t.alive:
-            if t.crashed:                    # its imports fail: fresh interpreters say why
+            if t.crashed:                    # its imports fail (fresh interpreters say why) or CUDA ran
                 return None
             del _TEMPLATES[key]
             t = None

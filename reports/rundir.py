@@ -220,7 +220,7 @@ class RunDir:
         return read_csv(io.StringIO(text))
 
     def repair_for_resume(self, expected: dict[str, set]) -> pd.DataFrame:
-        """The complete pairs in results.csv, for resuming: a torn last line (a write cut short)
+        """The complete pairs in results.csv, for resuming: a torn last record (a write cut short)
         dropped, a repeated key's last row kept, and only pairs whose implementation is in
         `expected` (name -> its set of (output, reference)) with exactly that set of rows. The file
         is left as it was; the caller writes what it keeps."""

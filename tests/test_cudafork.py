@@ -22,6 +22,7 @@ from harness.pipeline import cudafork
 from harness.pipeline.remote import Worker
 from harness.pipeline.settings import Settings
 from harness.reports.rundir import read_results
+from tests.conftest import make_case
 from tests.test_worker_template import probe, said
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,20 +84,46 @@ def test_only_a_cuda_sweep_of_a_process_forked_after_the_driver_is_refused():
     assert "--isolate inline" in said
 
 
-def test_a_template_whose_start_up_hook_starts_the_driver_serves_no_worker(tmp_path, monkeypatch):
-    impl = probe(tmp_path, monkeypatch)
+def hooked_env(tmp_path, probe_value: str) -> dict:
+    """A worker's environment whose interpreters run FAKE_DRIVER at start-up (a sitecustomize)."""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(FAKE_DRIVER)
-    env = {**W.sweep_envs(1, None)[0], "HARNESS_PROBE": "hooked", "PYTHONPATH": str(hook)}
+    env = {**W.sweep_envs(1, None)[0], "HARNESS_PROBE": probe_value}
+    env["PYTHONPATH"] = os.pathsep.join([str(hook)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def test_a_template_whose_start_up_hook_starts_the_driver_serves_no_worker(tmp_path, monkeypatch):
+    impl = probe(tmp_path, monkeypatch)
+    env = hooked_env(tmp_path, "hooked")
     w = Worker(Settings("cpu"), env)
     try:
         assert said(w, impl).startswith("probe=hooked cuda=None")   # a CPU sweep runs
         assert not w.p.forked                                       # in a fresh interpreter
-        t = T._TEMPLATES[T.key_of({**env, "PYTHONUNBUFFERED": "1"})]
+        t = T._TEMPLATES[T.key_of({"PYTHONUNBUFFERED": "1", **env})]
         assert not t.alive and "no worker can be forked from the template" in t.crashed
         assert "'cuda00001400006'" in t.crashed
+    finally:
+        w.stop()
+
+
+def test_a_cuda_sweep_forked_after_the_driver_errs_where_it_would_run_and_still_skips(tmp_path, monkeypatch):
+    """The worker's own check (harness.pipeline.serve), on the CPU: the sweep's device says CUDA, so
+    the implementation's process refuses each supported pair, before calling anything."""
+    impl = probe(tmp_path, monkeypatch)
+    w = Worker(Settings("cuda"), hooked_env(tmp_path, "cuda-sweep"))
+    try:
+        cases = [make_case(shape=(4, 32)), make_case(shape=(4, 32), group_size=8)]
+        (_, _, ran, why), (_, _, grouped, why2) = w.run_many([(c, impl) for c in cases], 120)
+        assert ran is not None and grouped is not None, (why, why2)
+        assert {c.status for c in ran.checks} == {"error"}
+        text = ran.checks[0].finding.text
+        assert text.startswith("this implementation's process cannot use CUDA") and "--isolate inline" in text
+        assert "'cuda00001400006'" in text and "probe=" not in text           # the factory never ran
+        assert {c.status for c in grouped.checks} == {"skip"}                  # it takes no group_size
+        assert "takes no group_size argument" in grouped.checks[0].finding.text
     finally:
         w.stop()
 

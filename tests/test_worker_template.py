@@ -100,7 +100,7 @@ def test_a_template_whose_imports_fail_leaves_fresh_interpreters_to_say_why(tmp_
     try:
         why = w.start()
         assert why is not None and "mpmath broken for this test" in why
-        t = T._TEMPLATES[T.key_of({**env, "PYTHONUNBUFFERED": "1"})]
+        t = T._TEMPLATES[T.key_of({"PYTHONUNBUFFERED": "1", **env})]
         assert not t.alive and "mpmath broken for this test" in t.crashed and not t.ready
         p = W.Process(env)                                  # its template failed: a fresh interpreter
         try:

@@ -307,9 +307,11 @@ def case_inputs(case: Case, act_follows: str, device: str) -> Inputs:
     return _LAST_CASE[key].to(device, copy=True)
 
 
-def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
+def run_calls(case: Case, impl: Implementation, s: Settings, cannot_run: str = "") -> CallRecord:
     """Every call of one pair on this process's device; never raises for what the implementation
-    does (a BaseException from its `supports` or factory or calls is an error record)."""
+    does (a BaseException from its `supports` or factory or calls is an error record). `cannot_run`:
+    why this process cannot call it (harness.pipeline.cudafork): an error record for a case it
+    supports, nothing called."""
     notes = []
     if fpenv.flushes_subnormals():                 # left on by an earlier pair of this process
         notes.append(f"found {fpenv.WHAT} on before the pair; turned off")
@@ -320,6 +322,8 @@ def run_calls(case: Case, impl: Implementation, s: Settings) -> CallRecord:
         return _failure(e, "its supports(case)")
     if why is not None:
         return CallRecord("skip", why)
+    if cannot_run:
+        return CallRecord("error", cannot_run)
     act = act_format(case, impl.act_follows)
     try:
         base = case_inputs(case, impl.act_follows, s.device)      # pristine: never handed out

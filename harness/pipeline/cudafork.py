@@ -1,5 +1,5 @@
-"""Whether a process forked from this one now can use CUDA: the one check before every fork of the
-harness's own processes (a worker template's workers, a worker's implementation process).
+"""Whether a process forked from this one now can use CUDA: the one check before the harness forks
+a process that may (a worker template's workers, a worker's implementation process).
 
 A child forked after its parent started CUDA's driver cannot use CUDA. torch refuses at the child's
 first CUDA call once its own lazy init ran in the parent (`torch.cuda.is_initialized()`); but the
@@ -7,7 +7,9 @@ driver can also be started without torch knowing — by an import (Dynamo's and 
 modules, transformers' Qwen3-Next modeling module: docs/performance.md §13) or by a start-up hook
 of the interpreter (a sitecustomize or a .pth file calling cuInit) — and then the child fails at its
 first CUDA call with an initialisation error that names no cause. The driver's own threads show
-both: on Linux it names them `cuda…` (`cuda00001400006` once cuInit has run)."""
+both: on Linux it names them `cuda…` (`cuda00001400006` once cuInit has run, `cuda-EvtHandlr`
+with a context; H200, driver 580). Any thread so named counts: from Python 3.14 a Python thread's
+name is its OS name too, and one named `cuda…` started before the fork would read as the driver."""
 from __future__ import annotations
 
 import os

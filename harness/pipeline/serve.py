@@ -85,8 +85,9 @@ def preload(names: list[str]) -> None:
 def implementation_loop(conn: Connection, warm: tuple[str, ...] = (), cuda_before_fork: str = "") -> int:
     """The implementation's side: each pair's calls (harness.pipeline.call) and its record back.
     `cuda_before_fork`: why CUDA had started in the worker before it forked this process (which then
-    cannot use it: harness.pipeline.cudafork); a sweep on a CUDA device gets an error row per pair
-    saying so, a CPU sweep runs."""
+    cannot use it: harness.pipeline.cudafork); on a CUDA device each pair of a case the
+    implementation supports is then an error row saying so (the others still skip), on the CPU
+    nothing changes."""
     from harness.impls.registry import resolve
     from harness.pipeline.call import CallRecord, run_calls
     from harness.pipeline.cudafork import unusable
@@ -126,12 +127,9 @@ def implementation_loop(conn: Connection, warm: tuple[str, ...] = (), cuda_befor
             if msg[0] == "exit":
                 return 0
             _, case, impl = msg
-            if no_cuda:
-                conn.send_bytes(encode(CallRecord("error", no_cuda)))
-                continue
             if isinstance(impl, str):
                 impl = impls[impl] if impl in impls else impls.setdefault(impl, resolve(impl))
-            rec = run_calls(case, impl, settings)
+            rec = run_calls(case, impl, settings, no_cuda)
         except BaseException as e:             # SystemExit too: an implementation's exit is a row, not a pass
             rec = CallRecord("error", escaped(e))
         conn.send_bytes(encode(rec))

@@ -8,7 +8,7 @@ the Python API) paid.
 
 Invariants. The template never runs an implementation's code, never computes, and never starts CUDA
 (a process forked after CUDA has started cannot use it, harness.pipeline.cudafork: a template that
-finds it started once its imports are done — by an interpreter's start-up hook — ends as one whose
+finds it started — by an interpreter's start-up hook, or by its imports — ends as one whose
 imports failed, and a request that finds it started is refused; the command starts a fresh
 interpreter instead); it forks from its only thread. A forked worker is what harness.pipeline.serve
 is after its imports, in a pristine process: it takes the environment it was asked for (which may
@@ -98,12 +98,14 @@ def main(control_fd: int, parent: int) -> int:
     from harness.worker import exit_now, kill_tree
     die_with_parent(parent)                    # not offered to the OOM killer: its death ends every worker
     control = socket.socket(fileno=control_fd)
+    started = cuda_started()                   # by a start-up hook: the imports would be wasted
     try:
-        import_worker_modules()
+        if not started:
+            import_worker_modules()
     except BaseException as e:                 # noqa: BLE001 — the command starts fresh workers, which say why
         _send(control, ("crash", escaped(e)))
         return 1
-    started = cuda_started()                   # by a start-up hook: no worker forked from here could use it
+    started = started or cuda_started()        # or by an import: no worker forked from here could use it
     if started:
         _send(control, ("crash", f"no worker can be forked from the template: {started}"))
         return 1
