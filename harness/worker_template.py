@@ -237,14 +237,16 @@ class Forked:
                 fields = f.read().rsplit(b")", 1)[1].split()
             state, ppid = fields[0], int(fields[1])
         except (OSError, IndexError, ValueError):
-            return -signal.SIGKILL
+            state, ppid = b"X", 0
         if state not in (b"Z", b"X"):
             return None                              # still running
-        if state == b"Z" and ppid in (os.getpid(), self.t.proc.pid):
-            # dead, and this process's child once the template's exit has reparented it (a
-            # subreaper's): reaped at the next poll, so that no zombie is left behind
+        if state == b"Z" and (ppid == os.getpid() or (ppid == self.t.proc.pid and self.t.proc.poll() is None)):
+            # dead, and this process's child once the template's exit (still under way: the pid is
+            # the template's while unreaped) has reparented it (a subreaper's): reaped at the next
+            # poll, so that no zombie is left behind
             return None
-        return -signal.SIGKILL
+        self._orphan = -signal.SIGKILL               # gone: its pid may be another process's from now
+        return self._orphan
 
     @property
     def returncode(self) -> int | None:

@@ -18,6 +18,7 @@ import torch
 
 from harness import worker as W
 from harness import worker_template as T
+from harness.impls.registry import resolve
 from harness.pipeline import cudafork
 from harness.pipeline.remote import Worker
 from harness.pipeline.settings import Settings
@@ -124,6 +125,26 @@ def test_a_cuda_sweep_forked_after_the_driver_errs_where_it_would_run_and_still_
         assert "'cuda00001400006'" in text and "probe=" not in text           # the factory never ran
         assert {c.status for c in grouped.checks} == {"skip"}                  # it takes no group_size
         assert "takes no group_size argument" in grouped.checks[0].finding.text
+    finally:
+        w.stop()
+
+
+def test_a_refused_process_runs_none_of_the_implementations_code(tmp_path, monkeypatch):
+    """Not even its `supports`, which may probe CUDA (and raise the driver's nameless error there)."""
+    (tmp_path / "probing_mod.py").write_text(
+        "from probe_mod import make\n"
+        "def probing(case):\n"
+        "    raise RuntimeError('CUDA driver initialization failed')\n"
+        "make.supports = probing\n")
+    probe(tmp_path, monkeypatch)
+    impl = resolve("probing=probing_mod:make")
+    assert impl.supports is not None
+    w = Worker(Settings("cuda"), hooked_env(tmp_path, "probing"))
+    try:
+        (_, _, got, why), = w.run_many([(make_case(shape=(4, 32)), impl)], 120)
+        assert got is not None, why
+        assert {c.status for c in got.checks} == {"error"}
+        assert got.checks[0].finding.text.startswith("this implementation's process cannot use CUDA")
     finally:
         w.stop()
 

@@ -310,14 +310,14 @@ def case_inputs(case: Case, act_follows: str, device: str) -> Inputs:
 def run_calls(case: Case, impl: Implementation, s: Settings, cannot_run: str = "") -> CallRecord:
     """Every call of one pair on this process's device; never raises for what the implementation
     does (a BaseException from its `supports` or factory or calls is an error record). `cannot_run`:
-    why this process cannot call it (harness.pipeline.cudafork): an error record for a case it
-    supports, nothing called."""
+    why this process cannot call it (harness.pipeline.cudafork): an error record for every case its
+    declared variants take, and none of its code runs (not even `supports`, which may probe CUDA)."""
     notes = []
     if fpenv.flushes_subnormals():                 # left on by an earlier pair of this process
         notes.append(f"found {fpenv.WHAT} on before the pair; turned off")
         fpenv.restore()
     try:
-        why = impl.unsupported(case)
+        why = (replace(impl, supports=None) if cannot_run else impl).unsupported(case)
     except BaseException as e:
         return _failure(e, "its supports(case)")
     if why is not None:

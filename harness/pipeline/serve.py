@@ -85,9 +85,9 @@ def preload(names: list[str]) -> None:
 def implementation_loop(conn: Connection, warm: tuple[str, ...] = (), cuda_before_fork: str = "") -> int:
     """The implementation's side: each pair's calls (harness.pipeline.call) and its record back.
     `cuda_before_fork`: why CUDA had started in the worker before it forked this process (which then
-    cannot use it: harness.pipeline.cudafork); on a CUDA device each pair of a case the
-    implementation supports is then an error row saying so (the others still skip), on the CPU
-    nothing changes."""
+    cannot use it: harness.pipeline.cudafork); on a CUDA device each pair is then an error row
+    saying so, none of the implementation's code run (a case outside its declared variants still
+    skips); on the CPU nothing changes."""
     from harness.impls.registry import resolve
     from harness.pipeline.call import CallRecord, run_calls
     from harness.pipeline.cudafork import unusable
@@ -131,7 +131,7 @@ def implementation_loop(conn: Connection, warm: tuple[str, ...] = (), cuda_befor
                 impl = impls[impl] if impl in impls else impls.setdefault(impl, resolve(impl))
             rec = run_calls(case, impl, settings, no_cuda)
         except BaseException as e:             # SystemExit too: an implementation's exit is a row, not a pass
-            rec = CallRecord("error", escaped(e))
+            rec = CallRecord("error", f"{no_cuda}; then {escaped(e)}" if no_cuda else escaped(e))
         conn.send_bytes(encode(rec))
 
 
