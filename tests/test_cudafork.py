@@ -110,41 +110,33 @@ def test_a_template_whose_start_up_hook_starts_the_driver_serves_no_worker(tmp_p
         w.stop()
 
 
-def test_a_cuda_sweep_forked_after_the_driver_errs_where_it_would_run_and_still_skips(tmp_path, monkeypatch):
+def test_a_cuda_sweep_forked_after_the_driver_errs_and_runs_none_of_the_implementations_code(tmp_path,
+                                                                                         monkeypatch):
     """The worker's own check (harness.pipeline.serve), on the CPU: the sweep's device says CUDA, so
-    the implementation's process refuses each supported pair, before calling anything."""
+    the implementation's process refuses each pair before calling anything — not even a `supports`,
+    which may probe CUDA (and raise the driver's nameless error there) —; a case outside the
+    declared variants still skips."""
     impl = probe(tmp_path, monkeypatch)
-    w = Worker(Settings("cuda"), hooked_env(tmp_path, "cuda-sweep"))
-    try:
-        cases = [make_case(shape=(4, 32)), make_case(shape=(4, 32), group_size=8)]
-        (_, _, ran, why), (_, _, grouped, why2) = w.run_many([(c, impl) for c in cases], 120)
-        assert ran is not None and grouped is not None, (why, why2)
-        assert {c.status for c in ran.checks} == {"error"}
-        text = ran.checks[0].finding.text
-        assert text.startswith("this implementation's process cannot use CUDA") and "--isolate inline" in text
-        assert "'cuda00001400006'" in text and "probe=" not in text           # the factory never ran
-        assert {c.status for c in grouped.checks} == {"skip"}                  # it takes no group_size
-        assert "takes no group_size argument" in grouped.checks[0].finding.text
-    finally:
-        w.stop()
-
-
-def test_a_refused_process_runs_none_of_the_implementations_code(tmp_path, monkeypatch):
-    """Not even its `supports`, which may probe CUDA (and raise the driver's nameless error there)."""
     (tmp_path / "probing_mod.py").write_text(
         "from probe_mod import make\n"
         "def probing(case):\n"
         "    raise RuntimeError('CUDA driver initialization failed')\n"
         "make.supports = probing\n")
-    probe(tmp_path, monkeypatch)
-    impl = resolve("probing=probing_mod:make")
-    assert impl.supports is not None
-    w = Worker(Settings("cuda"), hooked_env(tmp_path, "probing"))
+    probing = resolve("probing=probing_mod:make")
+    assert probing.supports is not None
+    w = Worker(Settings("cuda"), hooked_env(tmp_path, "cuda-sweep"))
     try:
-        (_, _, got, why), = w.run_many([(make_case(shape=(4, 32)), impl)], 120)
-        assert got is not None, why
-        assert {c.status for c in got.checks} == {"error"}
-        assert got.checks[0].finding.text.startswith("this implementation's process cannot use CUDA")
+        plain, grouped = make_case(shape=(4, 32)), make_case(shape=(4, 32), group_size=8)
+        got = list(w.run_many([(plain, impl), (grouped, impl), (plain, probing)], 120))
+        assert all(r is not None for _, _, r, _ in got), [why for *_, why in got]
+        ran, skipped, probed = (r for _, _, r, _ in got)
+        for r in (ran, probed):
+            assert {c.status for c in r.checks} == {"error"}
+            text = r.checks[0].finding.text
+            assert text.startswith("this implementation's process cannot use CUDA") and "--isolate inline" in text
+            assert "'cuda00001400006'" in text and "probe=" not in text       # nothing of it ran
+        assert {c.status for c in skipped.checks} == {"skip"}                  # it takes no group_size
+        assert "takes no group_size argument" in skipped.checks[0].finding.text
     finally:
         w.stop()
 
