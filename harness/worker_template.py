@@ -8,8 +8,11 @@ torch once between them. The template is started from a thread that lives as lon
 (it dies with the thread that started it, Linux's parent-death signal), so that it outlives the
 sweep's threads.
 
-Where no template can serve (its imports failed, it found CUDA's driver running, it died, it
-refused: CUDA started in it), `fork` says None and the caller starts a fresh interpreter, as before templates."""
+Where no template can serve (its imports failed, it found CUDA's driver running, it refused: CUDA
+started in it), `fork` says None and the caller starts a fresh interpreter, as before templates. A
+template that died once ready is replaced at the next request; one that ended before it was ready
+without saying why (killed while importing: memory?) is started again once per environment, then
+left to fresh interpreters."""
 from __future__ import annotations
 
 import atexit
@@ -28,6 +31,7 @@ import time
 # PYTEST_CURRENT_TEST names the running test (pytest sets it for each), read by nothing at import.
 LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST"})
 KEEP = 2                       # templates kept at once (each a process holding torch's import)
+ENDED_UNREADY = "the template ended before it was ready"
 MAX_MESSAGE = 1 << 16
 
 
@@ -122,7 +126,7 @@ class Template:
                 else:
                     self.alive = False
                     if not self.ready and not self.crashed:     # its start failed, unexplained
-                        self.crashed = "the template ended before it was ready"
+                        self.crashed = ENDED_UNREADY
                 self.cond.notify_all()
                 if not self.alive:
                     return
@@ -270,6 +274,7 @@ class Forked:
 
 
 _TEMPLATES: dict[frozenset, Template] = {}
+_STARTED_AGAIN: set[frozenset] = set()       # environments whose template once ended before it was ready
 _LOCK = threading.Lock()
 
 
@@ -284,8 +289,10 @@ def fork(env: dict, flags: tuple[str, ...], timeout: float):
     with _LOCK:                              # the request sent under it: a template is never closed
         t = _TEMPLATES.get(key)              # between being chosen and being asked
         if t is not None and not t.alive:
-            if t.crashed:                    # its imports fail (fresh interpreters say why) or CUDA ran
-                return None
+            if t.crashed and (t.crashed != ENDED_UNREADY or key in _STARTED_AGAIN):
+                return None                  # its imports fail (fresh interpreters say why), CUDA ran, or twice unready
+            if t.crashed:
+                _STARTED_AGAIN.add(key)
             del _TEMPLATES[key]
             t = None
         if t is None:

@@ -185,3 +185,43 @@ def test_forked_workers_draw_their_own_numpy_numbers(tmp_path, monkeypatch):
     finally:
         for w in workers:
             w.stop()
+
+
+def test_a_template_killed_before_it_was_ready_is_started_again_once(tmp_path, monkeypatch):
+    """Killed while importing (memory?), with nothing said: the next worker comes from a new
+    template; a second such end leaves that environment to fresh interpreters. A template that dies
+    once ready is always replaced."""
+    impl = probe(tmp_path, monkeypatch)
+    env = {**W.sweep_envs(1, None)[0], "HARNESS_PROBE": "again"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    full = {"PYTHONUNBUFFERED": "1", **env}
+
+    def kill_while_importing():
+        forked, *ends = T.fork(full, (), 60)         # a new template, asked at once, still importing
+        t = T._TEMPLATES[T.key_of(full)]
+        assert not t.ready
+        t.proc.kill()
+        with t.cond:
+            assert t.cond.wait_for(lambda: not t.alive, 30)
+        assert t.crashed == T.ENDED_UNREADY and forked.wait(30) == 1
+        for e in ends:
+            e.close()
+        return t
+
+    first = kill_while_importing()
+    w = Worker(Settings("cpu"), env)
+    try:
+        assert said(w, impl).startswith("probe=again") and w.p.forked       # from a new template
+        second = T._TEMPLATES[T.key_of(full)]
+        assert second is not first and second.ready
+        second.proc.kill()                                                 # dies once ready
+        with second.cond:
+            assert second.cond.wait_for(lambda: not second.alive, 30)
+    finally:
+        w.stop()
+    kill_while_importing()                                                 # a third, killed unready too
+    p = W.Process(env)
+    try:
+        assert not p.forked                                                # no more templates for it
+    finally:
+        p.end()
