@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from harness.analysis.compare import compare
 from harness.analysis.explain import reason
 from harness.references.formats import fmt_of, round_to
-from harness.references.metrics import Metric, distance, kth_largest, reduce, registry
+from harness.references.metrics import Metric, distance, kth_largest, reduce, registry, unravel
 
 
 def element_errors(c, lo, hi, gauge, fmt):
@@ -304,3 +304,17 @@ def test_a_registered_metric_is_computed_gated_summarised_and_replayed(tmp_path)
         assert "toy=" in text
     finally:
         metrics._REGISTRY.pop(toy.name)
+
+
+@pytest.mark.parametrize("shape", [(7,), (1, 5), (3, 1, 4), (2, 3, 4, 5), (1,), (4, 1)])
+def test_unravel_is_torchs_row_major_index_at_every_position(shape):
+    n = math.prod(shape)
+    for flat in range(n):
+        want = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
+        assert unravel(flat, shape) == want
+        assert all(type(i) is int for i in unravel(flat, shape))
+
+
+def test_unravel_of_a_0d_shape_is_the_empty_index():
+    assert unravel(0, ()) == ()
+    assert unravel(0, torch.Size([])) == ()

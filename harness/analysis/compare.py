@@ -15,7 +15,7 @@ import torch
 
 from harness.analysis.result import Finding
 from harness.references.formats import Format, round_to
-from harness.references.metrics import Distance, Reduced, distance, reduce, registry
+from harness.references.metrics import Distance, Reduced, distance, reduce, registry, unravel
 
 
 @dataclass(frozen=True)
@@ -33,10 +33,6 @@ class Comparison:
 
     def index(self, flat: int) -> tuple[int, ...]:
         return unravel(flat, self.distance.computed.shape)
-
-
-def unravel(flat: int, shape) -> tuple[int, ...]:
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape))) if len(shape) else ()
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

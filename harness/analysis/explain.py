@@ -10,10 +10,11 @@ import math
 
 import torch
 
-from harness.analysis.compare import Comparison, unravel
+from harness.analysis.compare import Comparison
 from harness.analysis.result import ElementRecord, Finding
 from harness.references.exact import Inputs
 from harness.references.formats import bits_hex
+from harness.references.metrics import unravel
 
 
 def _value(t: torch.Tensor) -> str:

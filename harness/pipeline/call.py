@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from harness.analysis.compare import bits, unravel
+from harness.analysis.compare import bits
 from harness.analysis.result import Finding, Repeat, Speed
 from harness.cases.case import Case
 from harness.cases.generate import act_format, generate
@@ -37,6 +37,7 @@ from harness.pipeline.settings import Settings
 from harness.pipeline.speed import gpu_speed
 from harness.references.errors import Unsupported, out_of_memory
 from harness.references.exact import OUTPUTS, Inputs
+from harness.references.metrics import unravel
 from harness.reports.schema import INFERENCE_OUTPUT
 
 # Untimed warm calls before each timing on a GPU (Triton's do_bench warms up for 25 ms too).

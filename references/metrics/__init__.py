@@ -148,12 +148,22 @@ def reduce(d: Distance, errors: dict[str, torch.Tensor], gated: str, budget: flo
         return Reduced({k: 0.0 for k in errors}, {k: 0.0 for k in errors}, 0.0, 0, (), 0, 0.0)
     worst = int(torch.argmax(m))
     shape = d.computed.shape
-    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), shape)) if len(shape) else ()
+    idx = unravel(worst, shape)
     u = errors["ulp"].reshape(-1)
     k = max(1, math.ceil(0.01 * u.numel()))          # p99 as the k-th largest (torch.quantile caps at 2**24)
     return Reduced({name: float(e.max()) for name, e in errors.items()},
                    {name: float(e.mean()) for name, e in errors.items()},
                    kth_largest(u, k), int((~(m <= budget)).sum()), idx, worst, float(m[worst]))
+
+
+def unravel(flat: int, shape) -> tuple[int, ...]:
+    """The index in `shape` (row-major) of the flat position `flat`, 0 <= flat < prod(shape); () for a
+    0-d shape. torch.unravel_index's result, by Python integer arithmetic."""
+    out = []                          # not torch.unravel_index: its tensors cost more than the check's own reduction
+    for size in reversed(tuple(shape)):
+        flat, i = divmod(flat, size)
+        out.append(i)
+    return tuple(reversed(out))
 
 
 def kth_largest(u: torch.Tensor, k: int) -> float:
