@@ -208,7 +208,7 @@ def test_factories_decline_what_the_class_lacks(monkeypatch):
             super().__init__()
             self.weight = nn.Parameter(torch.ones(hidden_size))
             self.variance_epsilon = eps
-    monkeypatch.setattr(hf, "load", lambda module, cls: OneGroup)
+    monkeypatch.setattr(hf, "load", lambda c: OneGroup)
     make = hf.factory_for(BY_NAME["hf-mamba2"])
     with pytest.raises(Unsupported, match="no group_size"):
         make(64, zero_centered_gamma=False, group_size=16, norm_before_gate=False, **kw)

@@ -29,9 +29,13 @@ Facts from transformers 5.24.0 (5.17.0 differs where noted) that shape these ada
 - None has zero-centred gamma (declined by `supports`), and each hard-codes an eps default: the
   case's eps is always passed.
 
-Importing a modeling module takes seconds, and every harness process lists the built-ins, so
+Importing a modeling module takes seconds (it imports transformers' whole model stack, and
+Qwen3-Next's fla's kernels, which start CUDA), and every harness process lists the built-ins, so
 `implementations()` only finds the class in transformers' source tree (a missing package or class
-is `unavailable`, with the reason); the factory imports it on first use."""
+is `unavailable`, with the reason), and the factory takes the class out of its file on first use
+with only the imports it uses (`load`: torch for the Mamba family, transformers' ACT2FN and its
+hub decorator for the Qwen3-Next family): the file's own code, compiled from its own source, none
+of the rest of the file run (tests/test_adapters.py compares every class with the one the import gives)."""
 from __future__ import annotations
 
 import functools
@@ -45,6 +49,7 @@ from pathlib import Path
 from torch import nn
 
 from harness.impls.base import Implementation, from_factory
+from harness.impls.modfile import NotSelfContained, load_class
 from harness.references.errors import Unsupported
 
 
@@ -107,11 +112,10 @@ CLASSES = (
 
 def missing(c: HfClass) -> str | None:
     """Why `c` cannot be loaded here, or None; reads transformers' files without importing them."""
-    spec = importlib.util.find_spec("transformers")
-    if spec is None or not spec.submodule_search_locations:
+    path = modeling_file(c)
+    if path is None:
         return "transformers not installed (pip install '.[hf]')"
     version = importlib.metadata.version("transformers")
-    path = Path(list(spec.submodule_search_locations)[0], "models", c.model, f"modeling_{c.model}.py")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:
@@ -121,9 +125,25 @@ def missing(c: HfClass) -> str | None:
     return None
 
 
+def modeling_file(c: HfClass) -> Path | None:
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0], "models", c.model, f"modeling_{c.model}.py")
+
+
 @functools.cache
-def load(module: str, cls: str) -> type:
-    return getattr(importlib.import_module(module), cls)
+def load(c: HfClass) -> type:
+    """The class, taken out of its modeling file with the imports it uses (harness.impls.modfile:
+    the file's own code objects, bound to transformers' own ACT2FN and decorator, where it uses
+    them); the modeling module itself imported only where the class is not self-contained."""
+    path = modeling_file(c)
+    if path is not None:
+        try:
+            return load_class(path, c.module.rsplit(".", 1)[0], c.cls)
+        except NotSelfContained:
+            pass
+    return getattr(importlib.import_module(c.module), c.cls)
 
 
 def _no_zero_centred(c: HfClass, zero_centered_gamma: bool) -> None:
@@ -154,7 +174,7 @@ def _norm_first_factory(c: HfClass):
         _no_zero_centred(c, zero_centered_gamma)
         if _activation_only(c, activation):
             raise Unsupported(_activation_only(c, activation))
-        cls = load(c.module, c.cls)
+        cls = load(c)
         named = "activation" in inspect.signature(cls.__init__).parameters      # not swallowed by **kwargs
         kw = {"activation": activation} if named else {}
         return cls(hidden_size, eps=eps, **kw).to(device=device, dtype=dtype)
@@ -164,7 +184,7 @@ def _norm_first_factory(c: HfClass):
 def _falcon_factory(c: HfClass):
     def factory(hidden_size, *, eps, zero_centered_gamma, dtype, device, group_size=None, norm_before_gate=True):
         _no_zero_centred(c, zero_centered_gamma)
-        module = load(c.module, c.cls)(hidden_size, eps=eps, n_groups=hidden_size // (group_size or hidden_size),
+        module = load(c)(hidden_size, eps=eps, n_groups=hidden_size // (group_size or hidden_size),
                                        norm_before_gate=norm_before_gate)
         return Flat2d(module.to(device=device, dtype=dtype))
     return factory
@@ -175,7 +195,7 @@ def _gate_first_factory(c: HfClass):
         _no_zero_centred(c, zero_centered_gamma)
         if norm_before_gate:
             raise Unsupported(f"{c.cls} gates first only (norm_before_gate=False)")
-        cls = load(c.module, c.cls)
+        cls = load(c)
         if "group_size" in inspect.signature(cls.__init__).parameters:
             module = cls(hidden_size, group_size or hidden_size, eps=eps)
         elif group_size not in (None, hidden_size):
@@ -219,7 +239,7 @@ NAMES = tuple(c.name for c in CLASSES)
 def prepare(name: str) -> None:
     """Import the class `name` wraps now (a spare worker, before its first pair)."""
     c = next(c for c in CLASSES if c.name == name)
-    load(c.module, c.cls)
+    load(c)
 
 
 def implementations() -> list[Implementation]:
