@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dis
 import importlib.util
 import sys
 import threading
@@ -75,8 +76,15 @@ def stand_in(name: str, doc: str, **attrs) -> ModuleType:
 
 
 class NotSelfContained(Exception):
-    """A class `load_class` cannot take out of its file alone (a name it uses is bound by a compound
-    statement: an `if`, a `try`); the caller imports the file's module instead."""
+    """A class `load_class` cannot take out of its file alone (a name it uses is bound or changed by
+    anything but a plain import, def, class or assignment at the file's top level, or read
+    dynamically); the caller imports the file's module instead."""
+
+
+_SIMPLE = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign,
+           ast.Pass)
+# Names through which code reaches its module's globals other than by name: never taken alone.
+_DYNAMIC = {"globals", "vars", "locals", "eval", "exec", "__name__", "__import__"}
 
 
 def _binds(stmt: ast.stmt) -> list[str]:
@@ -91,21 +99,58 @@ def _binds(stmt: ast.stmt) -> list[str]:
     return []
 
 
+def _touched(stmt: ast.stmt) -> set[str]:
+    """Every name a statement mentions or binds (nested defs, imports and match captures too)."""
+    names = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+    names |= {b for s in ast.walk(stmt) if isinstance(s, ast.stmt) for b in _binds(s)}
+    names |= {getattr(n, a) for n in ast.walk(stmt) for a in ("name", "rest")
+              if isinstance(n, (ast.MatchAs, ast.MatchStar, ast.MatchMapping)) and getattr(n, a, None)}
+    return names
+
+
+def _global_loads(code) -> set[str]:
+    """The global names a code object and the code nested in it read."""
+    out = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, type(code)):
+            out |= _global_loads(const)
+    return out
+
+
+def _codes(cls: type, module: str) -> list:
+    """The code objects of the methods of `cls` and of its bases defined in the same file."""
+    out = []
+    for klass in cls.__mro__:
+        if klass.__module__ != module:
+            continue
+        for v in vars(klass).values():
+            for f in (v, getattr(v, "__func__", None), getattr(v, "fget", None), getattr(v, "fset", None),
+                      getattr(v, "fdel", None), getattr(v, "__wrapped__", None)):
+                if hasattr(f, "__code__"):
+                    out.append(f.__code__)
+    return out
+
+
 def load_class(path: str | Path, package: str, cls: str) -> type:
     """Class `cls` of the module file `path` (of package `package`), executed with only the
     top-level statements it needs: the file's own source, compiled under its own file name and line
     numbers, in source order — the __future__ imports, the imports of the names it uses (each
     import statement cut to those names), and the defs and assignments it uses, transitively. Its
     methods are the file's code objects, bound to the same imported objects; what the file imports
-    besides (a modeling file: the whole model stack, seconds) is never run. NotSelfContained where a
-    name it uses is bound by anything else (an `if`, a `try`) at the file's top level."""
-    tree = ast.parse(Path(path).read_text(encoding="utf-8"), str(path))
+    besides (a modeling file: the whole model stack, seconds) is never run, nor any side effect of
+    it on other modules. NotSelfContained where the file has a star import, where a name it uses is
+    also bound or changed by any other top-level statement (an `if`, a `try`, an augmented
+    assignment, a call, a `global` in a function), where it reads globals dynamically, and where a
+    method, once built, reads a global the kept statements did not bind."""
+    tree = ast.parse(importlib.util.decode_source(Path(path).read_bytes()), str(path))
     simple: dict[str, list] = {}
-    compound: set[str] = set()
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-            compound.update(n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-            compound.update(b for s in ast.walk(stmt) if isinstance(s, ast.stmt) for b in _binds(s))
+    tainted = {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
+    for i, stmt in enumerate(tree.body):
+        if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
+            raise NotSelfContained(f"{path} has a star import (from {stmt.module} import *)")
+        docstring = i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        if not isinstance(stmt, _SIMPLE) and not docstring:
+            tainted |= _touched(stmt)
         for name in _binds(stmt):
             simple.setdefault(name, []).append(stmt)
     if cls not in simple:
@@ -117,8 +162,10 @@ def load_class(path: str | Path, package: str, cls: str) -> type:
         if name in seen:
             continue
         seen.add(name)
-        if name in compound:
-            raise NotSelfContained(f"{cls} uses {name}, bound under a compound statement of {path}")
+        if name in _DYNAMIC:
+            raise NotSelfContained(f"{cls} reaches its module's globals through {name}")
+        if name in tainted:
+            raise NotSelfContained(f"{cls} uses {name}, which {path} binds or changes otherwise than plainly")
         for stmt in simple.get(name, ()):    # not bound at the top level: a local, an argument, a builtin
             if id(stmt) not in chosen and not isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 todo.extend(n.id for n in ast.walk(stmt) if isinstance(n, ast.Name))
@@ -135,7 +182,10 @@ def load_class(path: str | Path, package: str, cls: str) -> type:
     # dont_inherit: this module's own `from __future__ import annotations` must not reach the file's code
     code = compile(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])), str(path), "exec",
                    dont_inherit=True)
-    namespace = {"__name__": f"{PREFIX}.{package}", "__package__": package, "__file__": str(path),
-                 "__builtins__": builtins}
+    name = f"{PREFIX}.{package}"
+    namespace = {"__name__": name, "__package__": package, "__file__": str(path), "__builtins__": builtins}
     exec(code, namespace)
+    unbound = {g for c in _codes(namespace[cls], name) for g in _global_loads(c)} - namespace.keys() - vars(builtins).keys()
+    if unbound:                                    # what the walk above missed, the bytecode says
+        raise NotSelfContained(f"{cls} reads {', '.join(sorted(unbound))}, not bound by the statements it was taken with")
     return namespace[cls]
