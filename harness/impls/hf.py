@@ -29,8 +29,8 @@ Facts from transformers 5.24.0 (5.17.0 differs where noted) that shape these ada
 - None has zero-centred gamma (declined by `supports`), and each hard-codes an eps default: the
   case's eps is always passed.
 
-Importing a modeling module takes seconds (it imports transformers' whole model stack, and
-Qwen3-Next's fla's kernels, which start CUDA), and every harness process lists the built-ins, so
+Importing a modeling module takes seconds (transformers' whole model stack; Qwen3-Next's also
+starts CUDA's driver: docs/performance.md §13), and every harness process lists the built-ins, so
 `implementations()` only finds the class in transformers' source tree (a missing package or class
 is `unavailable`, with the reason), and the factory takes the class out of its file on first use
 with only the imports it uses (`load`: torch for the Mamba family, transformers' ACT2FN and its
