@@ -126,6 +126,7 @@ def missing(c: HfClass) -> str | None:
 
 
 def modeling_file(c: HfClass) -> Path | None:
+    """Where transformers keeps `c`'s modeling file (found, not imported), or None without transformers."""
     spec = importlib.util.find_spec("transformers")
     if spec is None or not spec.submodule_search_locations:
         return None
