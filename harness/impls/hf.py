@@ -238,7 +238,7 @@ NAMES = tuple(c.name for c in CLASSES)
 
 
 def prepare(name: str) -> None:
-    """Import the class `name` wraps now (a spare worker, before its first pair)."""
+    """Load the class `name` wraps now (a spare worker, before its first pair)."""
     c = next(c for c in CLASSES if c.name == name)
     load(c)
 

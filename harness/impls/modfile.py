@@ -85,6 +85,10 @@ _SIMPLE = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, as
            ast.Pass)
 # Names through which code reaches its module's globals other than by name: never taken alone.
 _DYNAMIC = {"globals", "vars", "locals", "eval", "exec", "__name__", "__import__"}
+# What in a file, anywhere, could change a module's globals unseen: the file is never taken apart.
+_WRITES_GLOBALS = ({"globals", "vars", "locals", "eval", "exec"}, {"_getframe", "f_globals", "modules"})
+# Builtins a method may read: not the dunders, which a module has of its own (__doc__, __spec__...).
+_BUILTINS = {k for k in vars(builtins) if not (k.startswith("__") and k.endswith("__"))}
 
 
 def _binds(stmt: ast.stmt) -> list[str]:
@@ -99,36 +103,51 @@ def _binds(stmt: ast.stmt) -> list[str]:
     return []
 
 
+def _executed(node: ast.AST):
+    """The nodes of `node` that run when it runs (a def's decorators and defaults, not its body)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo.extend([*getattr(n, "decorator_list", []), *n.args.defaults, *[d for d in n.args.kw_defaults if d]])
+        else:
+            todo.extend(ast.iter_child_nodes(n))
+
+
 def _touched(stmt: ast.stmt) -> set[str]:
-    """Every name a statement mentions or binds (nested defs, imports and match captures too)."""
+    """Every name a statement mentions or binds (nested defs, imports, handlers, match captures too)."""
     names = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
     names |= {b for s in ast.walk(stmt) if isinstance(s, ast.stmt) for b in _binds(s)}
     names |= {getattr(n, a) for n in ast.walk(stmt) for a in ("name", "rest")
-              if isinstance(n, (ast.MatchAs, ast.MatchStar, ast.MatchMapping)) and getattr(n, a, None)}
+              if isinstance(n, (ast.MatchAs, ast.MatchStar, ast.MatchMapping, ast.ExceptHandler))
+              and isinstance(getattr(n, a, None), str)}
     return names
 
 
-def _global_loads(code) -> set[str]:
-    """The global names a code object and the code nested in it read."""
-    out = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+def _unbound(code, namespace: dict) -> set[str]:
+    """The names the module code `code` (class bodies and functions nested in it included) reads as
+    globals — a class body's own names apart — that neither `namespace` nor _BUILTINS holds."""
+    ins = list(dis.get_instructions(code))
+    stored = {i.argval for i in ins if i.opname in ("STORE_NAME", "DELETE_NAME")}
+    if any(i.opname == "SETUP_ANNOTATIONS" for i in ins):      # a body's own __annotations__
+        stored.add("__annotations__")
+    out = {i.argval for i in ins if i.opname == "LOAD_GLOBAL" or (i.opname == "LOAD_NAME" and i.argval not in stored)}
     for const in code.co_consts:
         if isinstance(const, type(code)):
-            out |= _global_loads(const)
-    return out
+            out |= _unbound(const, namespace)
+    return out - namespace.keys() - _BUILTINS
 
 
-def _codes(cls: type, module: str) -> list:
-    """The code objects of the methods of `cls` and of its bases defined in the same file."""
-    out = []
-    for klass in cls.__mro__:
-        if klass.__module__ != module:
-            continue
-        for v in vars(klass).values():
-            for f in (v, getattr(v, "__func__", None), getattr(v, "fget", None), getattr(v, "fset", None),
-                      getattr(v, "fdel", None), getattr(v, "__wrapped__", None)):
-                if hasattr(f, "__code__"):
-                    out.append(f.__code__)
-    return out
+def _refuse_file(tree: ast.Module, path) -> None:
+    """NotSelfContained for a file that could change its globals unseen (a star import; globals(),
+    exec, a frame's globals, sys.modules), anywhere in it."""
+    names, attrs = _WRITES_GLOBALS
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names):
+            raise NotSelfContained(f"{path} has a star import (from {n.module} import *)")
+        if (isinstance(n, ast.Name) and n.id in names) or (isinstance(n, ast.Attribute) and n.attr in attrs):
+            raise NotSelfContained(f"{path} may change its globals through {getattr(n, 'id', None) or n.attr}")
 
 
 def load_class(path: str | Path, package: str, cls: str) -> type:
@@ -138,18 +157,20 @@ def load_class(path: str | Path, package: str, cls: str) -> type:
     import statement cut to those names), and the defs and assignments it uses, transitively. Its
     methods are the file's code objects, bound to the same imported objects; what the file imports
     besides (a modeling file: the whole model stack, seconds) is never run, nor any side effect of
-    it on other modules. NotSelfContained where the file has a star import, where a name it uses is
-    also bound or changed by any other top-level statement (an `if`, a `try`, an augmented
-    assignment, a call, a `global` in a function), where it reads globals dynamically, and where a
-    method, once built, reads a global the kept statements did not bind."""
+    it on other modules. NotSelfContained where the file could change its globals unseen (a star
+    import, globals(), exec, sys.modules), where a name it uses is also bound or changed by any other
+    top-level statement (an `if`, a `try`, an augmented assignment, a call, a walrus, a `global` in a
+    function), where anything else in the file mentions what it keeps of the file's own (an alias, a
+    registry) or, at import, the class itself, where it reads its module's name, and where the kept
+    code reads a global they do not bind."""
     tree = ast.parse(importlib.util.decode_source(Path(path).read_bytes()), str(path))
+    _refuse_file(tree, path)
     simple: dict[str, list] = {}
     tainted = {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
     for i, stmt in enumerate(tree.body):
-        if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
-            raise NotSelfContained(f"{path} has a star import (from {stmt.module} import *)")
         docstring = i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
-        if not isinstance(stmt, _SIMPLE) and not docstring:
+        walrus = any(isinstance(n, ast.NamedExpr) for n in _executed(stmt))
+        if (not isinstance(stmt, _SIMPLE) and not docstring) or walrus:
             tainted |= _touched(stmt)
         for name in _binds(stmt):
             simple.setdefault(name, []).append(stmt)
@@ -170,6 +191,15 @@ def load_class(path: str | Path, package: str, cls: str) -> type:
             if id(stmt) not in chosen and not isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 todo.extend(n.id for n in ast.walk(stmt) if isinstance(n, ast.Name))
             chosen.setdefault(id(stmt), set()).add(name)
+    own = {n for st in tree.body if id(st) in chosen and not isinstance(st, (ast.Import, ast.ImportFrom))
+           for n in chosen[id(st)]}
+    for stmt in tree.body:                         # what is kept, changed by what is not
+        if id(stmt) in chosen:
+            continue
+        mentioned = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)} & (own - {cls})
+        mentioned |= {n.id for n in _executed(stmt) if isinstance(n, ast.Name)} & {cls}
+        if mentioned:
+            raise NotSelfContained(f"{cls}: {', '.join(sorted(mentioned))} also appears in {path}:{stmt.lineno}")
     body = []
     for stmt in tree.body:
         future = isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
@@ -182,10 +212,10 @@ def load_class(path: str | Path, package: str, cls: str) -> type:
     # dont_inherit: this module's own `from __future__ import annotations` must not reach the file's code
     code = compile(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])), str(path), "exec",
                    dont_inherit=True)
-    name = f"{PREFIX}.{package}"
-    namespace = {"__name__": name, "__package__": package, "__file__": str(path), "__builtins__": builtins}
+    namespace = {"__name__": f"{PREFIX}.{package}", "__package__": package, "__file__": str(path),
+                 "__builtins__": builtins}
     exec(code, namespace)
-    unbound = {g for c in _codes(namespace[cls], name) for g in _global_loads(c)} - namespace.keys() - vars(builtins).keys()
+    unbound = _unbound(code, namespace)
     if unbound:                                    # what the walk above missed, the bytecode says
         raise NotSelfContained(f"{cls} reads {', '.join(sorted(unbound))}, not bound by the statements it was taken with")
     return namespace[cls]
