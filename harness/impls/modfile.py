@@ -83,18 +83,24 @@ class NotSelfContained(Exception):
 
 _SIMPLE = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign,
            ast.Pass)
-# Names through which code reaches its module's globals other than by name: never taken alone.
-_DYNAMIC = {"globals", "vars", "locals", "eval", "exec", "__name__", "__import__"}
-# What in a file, anywhere, could change a module's globals unseen: the file is never taken apart.
+# What in a file, anywhere, could reach or change a module's globals unseen (names, attributes): the
+# file is never taken apart (_refuse_file).
 _WRITES_GLOBALS = ({"globals", "vars", "locals", "eval", "exec"}, {"_getframe", "f_globals", "modules"})
+# Names a kept statement may not use: the module's own name differs here, and an import by name.
+_DYNAMIC = {"__name__", "__import__"}
 # Builtins a method may read: not the dunders, which a module has of its own (__doc__, __spec__...).
 _BUILTINS = {k for k in vars(builtins) if not (k.startswith("__") and k.endswith("__"))}
+
+
+def _bound(alias: ast.alias) -> str:
+    """The name an import's alias binds (`import a.b` binds a)."""
+    return (alias.asname or alias.name).split(".")[0]
 
 
 def _binds(stmt: ast.stmt) -> list[str]:
     """The names a simple top-level statement binds (an import, a def, a class, an assignment)."""
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        return [(a.asname or a.name).split(".")[0] for a in stmt.names]
+        return [_bound(a) for a in stmt.names]
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [stmt.name]
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
@@ -205,7 +211,7 @@ def load_class(path: str | Path, package: str, cls: str) -> type:
         future = isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
         if future or id(stmt) in chosen:
             if isinstance(stmt, (ast.Import, ast.ImportFrom)) and not future:
-                keep = [a for a in stmt.names if (a.asname or a.name).split(".")[0] in chosen[id(stmt)]]
+                keep = [a for a in stmt.names if _bound(a) in chosen[id(stmt)]]
                 stmt = ast.copy_location(type(stmt)(**{**{f: getattr(stmt, f) for f in stmt._fields}, "names": keep}),
                                          stmt)
             body.append(stmt)
