@@ -95,35 +95,34 @@ REFUSED = {
 }
 
 
+def class_k(tmp_path, source: str) -> type:
+    """Class K taken out of a module file holding `source`."""
+    p = tmp_path / "m.py"
+    p.write_text(source)
+    return load_class(p, "mpkg", "K")
+
+
 @pytest.mark.parametrize("top", REFUSED.values(), ids=REFUSED.keys())
 def test_a_name_bound_or_changed_otherwise_than_plainly_is_refused(tmp_path, top):
-    p = tmp_path / "m.py"
-    p.write_text(top + "\n\nclass K:\n    def get(self):\n        return X\n")
     with pytest.raises(NotSelfContained):
-        load_class(p, "mpkg", "K")
+        class_k(tmp_path, top + "\n\nclass K:\n    def get(self):\n        return X\n")
 
 
 def test_the_class_changed_at_import_by_another_statement_is_refused(tmp_path):
-    p = tmp_path / "m.py"
-    p.write_text("class K:\n    pass\n\n\nsetattr(K, 'extra', 1)\n")
     with pytest.raises(NotSelfContained, match="K"):
-        load_class(p, "mpkg", "K")
-    p.write_text("class K:\n    pass\n\n\ndef make():\n    return K()\n")        # only used, later: taken
-    assert load_class(p, "mpkg", "K").__name__ == "K"
+        class_k(tmp_path, "class K:\n    pass\n\n\nsetattr(K, 'extra', 1)\n")
+    # only used, later: taken
+    assert class_k(tmp_path, "class K:\n    pass\n\n\ndef make():\n    return K()\n").__name__ == "K"
 
 
 def test_a_method_reading_its_module_docstring_is_refused(tmp_path):
-    p = tmp_path / "m.py"
-    p.write_text('"""the module"""\n\n\nclass K:\n    def doc(self):\n        return __doc__\n')
     with pytest.raises(NotSelfContained, match="__doc__"):
-        load_class(p, "mpkg", "K")
+        class_k(tmp_path, '"""the module"""\n\n\nclass K:\n    def doc(self):\n        return __doc__\n')
 
 
 def test_a_method_reading_a_global_nothing_binds_is_refused(tmp_path):
-    p = tmp_path / "m.py"
-    p.write_text("class K:\n    @property\n    def get(self):\n        return NOWHERE\n")
     with pytest.raises(NotSelfContained, match="NOWHERE"):
-        load_class(p, "mpkg", "K")
+        class_k(tmp_path, "class K:\n    @property\n    def get(self):\n        return NOWHERE\n")
 
 
 def test_hf_imports_the_module_where_the_class_is_not_self_contained(monkeypatch, tmp_path):
@@ -212,6 +211,4 @@ def test_every_hf_class_is_the_one_its_module_gives():
 
 
 def test_the_harness_own_future_imports_do_not_reach_the_file(tmp_path):
-    p = tmp_path / "plain.py"
-    p.write_text("class Plain:\n    kind: int = 1\n")
-    assert load_class(p, "plainpkg", "Plain").__annotations__ == {"kind": int}
+    assert class_k(tmp_path, "class K:\n    kind: int = 1\n").__annotations__ == {"kind": int}
