@@ -21,11 +21,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def _sweep_options(p: argparse.ArgumentParser) -> None:
+def _sweep_options(p: argparse.ArgumentParser, one_impl: bool = False) -> None:
+    """run's and identify's options; `one_impl`: identify's (one --impl, a suite, no hypothesis)."""
     p.add_argument("--impl", action="append", required=True,
-                   help="built-in name, entry point or NAME=MODULE:ATTR (repeatable), optionally ending in @CLASS "
-                        "(accurate, fast, accurate+ftz, fast+ftz): judged at that math class")
-    p.add_argument("--cases", default="quick", help="suite name, suite .toml path, or 'hypothesis'")
+                   help="built-in name, entry point or NAME=MODULE:ATTR" + ("" if one_impl else " (repeatable)")
+                        + (", optionally ending in @CLASS (accurate, fast, accurate+ftz, fast+ftz): judged at that "
+                           "math class" if not one_impl else ""))
+    p.add_argument("--cases", default="quick",
+                   help="suite name or suite .toml path" + ("" if one_impl else ", or 'hypothesis'"))
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--out", default="out")
     p.add_argument("--budgets", help="budget file (CSV) overriding the defaults")
@@ -62,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, help="hypothesis: seed (default: hypothesis's own)")
 
     i = sub.add_parser("identify", help="which built-in rounding model an implementation realises")
-    _sweep_options(i)
+    _sweep_options(i, one_impl=True)
 
     c = sub.add_parser("cases", help="list the named suites, or the cases of one")
     c.add_argument("suite", nargs="?")

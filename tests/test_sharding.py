@@ -89,3 +89,20 @@ def test_merge_checks_coverage(tmp_path, suite, capsys):
     bad.to_csv(b / "results.csv", index=False)
     assert main(["merge", str(a), str(b), "--out", str(tmp_path / "m5")]) == 2                # another version
     assert "harness version" in capsys.readouterr().err
+
+
+def test_merge_without_cases_checks_the_recorded_suite_and_says_when_it_cannot_find_it(tmp_path, capsys, monkeypatch):
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir(), elsewhere.mkdir()
+    (here / "s.toml").write_text(SUITE)
+    monkeypatch.chdir(here)
+    assert run_shard("s.toml", here / "a", 1, 2) == 0 and run_shard("s.toml", here / "b", 2, 2) == 0
+    capsys.readouterr()
+    assert main(["merge", "a", "--out", "m1"]) == 2                                   # the suite the rows name
+    assert "a shard did not run; run it and merge again" in capsys.readouterr().err
+    monkeypatch.chdir(elsewhere)                                                      # s.toml: not from here
+    args = ["merge", str(here / "a"), str(here / "b"), "--out", "m2"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "the suite the shards recorded" in err and "give it with --cases" in err and "Traceback" not in err
+    assert main([*args, "--cases", str(here / "s.toml")]) == 0

@@ -37,10 +37,16 @@ def check_schema(df: pd.DataFrame, dirs) -> None:
                          f"this harness writes {SCHEMA_VERSION}: rerun the shards with this harness")
 
 
-def check_coverage(df: pd.DataFrame, suite_ref: str) -> None:
-    """Every case of the suite, for every implementation the shards ran, exactly once."""
+def check_coverage(df: pd.DataFrame, suite_ref: str, recorded: bool = False) -> None:
+    """Every case of the suite, for every implementation the shards ran, exactly once. `recorded`:
+    the suite is the one the rows name (no --cases), which may not resolve from here (a relative path)."""
     from harness.cases.suite import load_suite
-    suite = load_suite(suite_ref)
+    try:
+        suite = load_suite(suite_ref)
+    except UsageError as e:
+        if not recorded:
+            raise
+        raise UsageError(f"merge: the suite the shards recorded: {e}; give it with --cases") from None
     want = {c.case_id for c in suite.cases}
     got = set(df["case_id"])
     extra = sorted(got - want)
@@ -50,7 +56,7 @@ def check_coverage(df: pd.DataFrame, suite_ref: str) -> None:
         missing = sorted(want - set(rows["case_id"]))
         if missing:
             raise UsageError(f"merge: {len(missing)} of {len(want)} cases of suite {suite.name} are missing for "
-                             f"{impl} (e.g. {missing[0]}): a shard did not run; run it, or merge without it")
+                             f"{impl} (e.g. {missing[0]}): a shard did not run; run it and merge again")
 
 
 def cmd_merge(args) -> int:
@@ -80,7 +86,7 @@ def cmd_merge(args) -> int:
         raise UsageError(f"merge: {cid} {impl} has {n} of {counts.max()} rows: an interrupted shard; rerun it "
                          f"with --resume first")
     if args.cases or suite:
-        check_coverage(df, args.cases or suite)
+        check_coverage(df, args.cases or suite, recorded=not args.cases)
     out = RunDir(args.out).create()
     parts = [read_csv(RunDir(d).file(PAIR_TIMING)) for d in args.dirs if RunDir(d).file(PAIR_TIMING).is_file()]
     if parts:
