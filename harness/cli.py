@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--shard", help="K/N: run a deterministic 1/N of the cases (multi-host; see `harness merge`)")
     r.add_argument("--shard-by", choices=["case", "shape"], default=None,
                    help="how --shard splits: by case id (default), or every case of one hidden size and dtype mix together")
-    r.add_argument("--max-examples", type=int, default=50, help="hypothesis: examples to try")
+    r.add_argument("--max-examples", type=int, help="hypothesis: examples to try (default 50)")
     r.add_argument("--seed", type=int, help="hypothesis: seed (default: hypothesis's own)")
 
     i = sub.add_parser("identify", help="which built-in rounding model an implementation realises")

@@ -107,6 +107,9 @@ def test_run_precision_bug_exits_1(capsys, tmp_path, monkeypatch):
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--baseline", t + "/nowhere", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--budgets", t + "/nowhere.csv", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", "hypothesis", "--resume", "--out", t],
+    lambda s, t: ["run", "--impl", "torch", "--cases", s, "--max-examples", "3", "--out", t],   # hypothesis's only
+    lambda s, t: ["run", "--impl", "torch", "--cases", s, "--seed", "1", "--out", t],
+    lambda s, t: ["run", "--impl", "torch", "--cases", "hypothesis", "--max-examples", "0", "--out", t],
 ])
 def test_usage_errors_exit_2(capsys, tmp_path, suite, argv_fn):
     code, out, err = run(capsys, *argv_fn(suite, str(tmp_path / "o")))

@@ -7,6 +7,8 @@ from harness.api import Results, plan
 from harness.commands import EXIT_FAIL, EXIT_OK, err
 from harness.references.errors import UsageError
 
+DEFAULT_EXAMPLES = 50             # --max-examples when not given
+
 
 def cmd_explore(args) -> int:
     from harness.commands.common import finish
@@ -18,6 +20,8 @@ def cmd_explore(args) -> int:
                               ("--junit", args.junit)) if v]
     if ignored:
         raise UsageError(f"--cases hypothesis: {ignored[0]} does not apply to an exploration")
+    if args.max_examples is None:
+        args.max_examples = DEFAULT_EXAMPLES
     if args.max_examples < 1:
         raise UsageError(f"--max-examples {args.max_examples}: need at least 1")
     p = plan(args.impl, "quick", args.device, args.budgets, None, args.golden, args.reference_backend,

@@ -27,6 +27,9 @@ def cmd_run(args) -> int:
         return cmd_explore(args)
     if args.shard_by and not args.shard:
         raise UsageError("--shard-by applies to --shard (--jobs always splits by shape)")
+    for flag, value in (("--max-examples", args.max_examples), ("--seed", args.seed)):
+        if value is not None:
+            raise UsageError(f"{flag} applies to --cases hypothesis")
     check_output_file("--junit", args.junit)
     check_run_options(args.jobs, args.timeout, args.threads)
     gpus = parse_gpus(args.gpus)
