@@ -11,7 +11,7 @@ import os
 import sys
 import traceback
 
-from harness.commands import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from harness.commands import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
 from harness.references.errors import UsageError
 from harness.worker import DEFAULT_TIMEOUT
 
@@ -134,7 +134,52 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _UntilReaderLeaves:
+    """A standard stream until its reader closes the pipe (`harness cases | head -1`), then
+    nothing: the command goes on — its files written, its exit code its verdict's — instead of
+    ending at the next print. Other write errors (a full disk) are raised as before."""
+
+    def __init__(self, stream):
+        self._stream, self.gone = stream, False
+
+    def _leave(self) -> None:
+        self.gone = True
+        devnull = os.open(os.devnull, os.O_WRONLY)      # what the stream still buffers goes nowhere
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (_UntilReaderLeaves(s) if hasattr(s, "fileno") else s for s in streams)
+    try:
+        return _main(argv)
+    finally:
+        for s in (sys.stdout, sys.stderr):
+            if isinstance(s, _UntilReaderLeaves):
+                s.flush()
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         from harness.compile_caches import pin_triton_cache_dir
@@ -152,10 +197,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:                    # the reader closed the pipe: nothing more to say
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
     except OSError as e:                       # the system refused a write or read (disk full, EIO): not a bug
         print(f"harness: error: {e}", file=sys.stderr)
         return EXIT_USAGE

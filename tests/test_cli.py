@@ -312,6 +312,30 @@ def test_a_closed_pipe_is_a_quiet_exit_0():
     assert b"Traceback" not in p.stderr.read()
 
 
+def test_a_closed_pipe_changes_neither_the_verdict_nor_the_files(tmp_path):
+    import subprocess
+    import sys
+    suite = tmp_path / "s.toml"
+    suite.write_text('[[group]]\ndtype = ["bf16"]\nshape = [[8, 64]]\n')
+    out = tmp_path / "o"
+    p = subprocess.run(f"{sys.executable} -m harness run --impl silu-in-bf16=harness.mutants:silu_in_bf16 "
+                       f"--cases {suite} --device cpu --isolate inline --repeats 0 --out {out} "
+                       f"--junit {tmp_path / 'j.xml'} | true", shell=True, stderr=subprocess.PIPE, text=True,
+                       timeout=120, executable="/bin/bash")           # `| true`: the reader is gone at once
+    assert "Traceback" not in p.stderr, p.stderr
+    for name in ("results.csv", "summary.csv", "report.html"):
+        assert (out / name).is_file(), name
+    assert (tmp_path / "j.xml").is_file()
+    pipefail = subprocess.run(f"set -o pipefail; {sys.executable} -m harness report {out} | true", shell=True,
+                              executable="/bin/bash", capture_output=True, text=True, timeout=120)
+    assert pipefail.returncode == 0, pipefail.stderr
+    run = subprocess.run(f"set -o pipefail; {sys.executable} -m harness run --impl "
+                         f"silu-in-bf16=harness.mutants:silu_in_bf16 --cases {suite} --device cpu --isolate inline "
+                         f"--repeats 0 --no-report --out {tmp_path / 'o2'} | true", shell=True, executable="/bin/bash",
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr                              # the verdict, not the pipe's end
+
+
 def test_output_that_cannot_be_written_is_not_exit_0():
     with open("/dev/full", "w") as full:
         buffered = _harness("-m", "harness", "cases", stdout=full)                    # fails at the last flush
