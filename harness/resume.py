@@ -26,9 +26,11 @@ from harness.cases.generate import act_format
 from harness.impls.base import Implementation
 from harness.pipeline.settings import Settings, replay_of, spec_of
 from harness.references.formats import fmt_of
+from harness.references.errors import UsageError
 from harness.references.metrics import get
 from harness.reports.rundir import PAIR_TIMING, RESULTS
 from harness.reports.schema import CHECKED_OUTPUTS, SCHEMA_VERSION
+from harness.reports.summary import verdict_problem
 
 
 def expected_checks(impls: list[Implementation], models=()) -> dict[str, set]:
@@ -96,6 +98,9 @@ def resume_rows(sw) -> pd.DataFrame:
     pair-timing.csv are rewritten to it."""
     rd, s = sw.rundir, sw.settings
     kept = rd.repair_for_resume(expected_checks(sw.impls, s.models))
+    why = verdict_problem(kept) if len(kept) else None               # re-gating would blame the implementation
+    if why:
+        raise UsageError(f"{rd.results}: {why}; --resume keeps nothing of a file it cannot trust (move it away)")
     if len(kept):
         impls = {i.name: i for i in sw.impls}
         planned = {(c.case_id, i.name) for c in sw.cases for i in sw.impls}

@@ -32,6 +32,7 @@ import pandas as pd
 from harness.references.atomic import atomic_write
 from harness.references.errors import UsageError
 from harness.reports.schema import INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, TEXT_COLUMNS, columns, number_columns
+from harness.reports.summary import verdict_problem
 
 RESULTS, SUMMARY, REPORT, TIMING, PAIR_TIMING, LOCK = (
     "results.csv", "summary.csv", "report.html", "timing.csv", "pair-timing.csv", ".harness.lock")
@@ -112,6 +113,8 @@ def read_results(path: Path) -> pd.DataFrame:
     if missing:
         raise UsageError(f"{path}: not a results.csv (missing column {missing[0]!r})")
     check_numbers(df, path)
+    if why := verdict_problem(df):
+        raise UsageError(f"{path}: {why}")
     return df
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from harness.references.metrics import registry
-from harness.reports.schema import CHECKED_OUTPUTS, columns
+from harness.reports.schema import CHECKED_OUTPUTS, STATUSES, columns
 
 KEYS = ["impl", "activation", "out_dtype", "output", "reference", "regime"]
 SUMMARY_COLUMNS = KEYS + ["checks", "fail", "error", "skip", "metric", "worst", "budget", "margin",
@@ -95,6 +95,35 @@ def worst_value(d: pd.DataFrame) -> pd.Series:
             sel = d["budget_metric"] == name
             out[sel] = pd.to_numeric(d.loc[sel, m.column], errors="coerce")
     return out
+
+
+def verdict_problem(d: pd.DataFrame) -> str | None:
+    """Why the rows' verdicts cannot be the harness's own, or None: a status it never writes, a
+    `pass` that names a fail kind, or whose gated value is not a number within its budget (compare
+    passes nothing else: a NaN never passes). Whatever reads results back and gates on them — merge,
+    report, resume, a baseline — must not take an edited or foreign row's word for it."""
+    status = d["status"].astype(str)
+    odd = ~status.isin(STATUSES)
+    if odd.any():
+        i = int(odd.to_numpy().argmax())
+        return f"row {i + 1}: status {d['status'].iloc[i]!r} is not one of {', '.join(STATUSES)}"
+    passed = status == "pass"
+    if not passed.any():
+        return None
+    for c in ("budget", "budget_metric"):
+        if c not in d.columns:
+            return f"no {c} column: its passes cannot be checked against their budgets"
+    kind = d["fail_kind"].astype(object).where(d["fail_kind"].notna(), "").astype(str) \
+        if "fail_kind" in d.columns else pd.Series("", index=d.index)
+    v, b = worst_value(d), pd.to_numeric(d["budget"], errors="coerce")
+    bad = passed & ((kind != "") | ~(v <= b))
+    if not bad.any():
+        return None
+    i = int(bad.to_numpy().argmax())
+    r = d.iloc[i]
+    why = f"fail kind {kind.iloc[i]!r}" if kind.iloc[i] else f"{r['budget_metric']} {v.iloc[i]} against budget {b.iloc[i]}"
+    return (f"row {i + 1} ({r['case_id']} {r['impl']} {r['output']} vs {r['reference']}) says pass with {why}: "
+            f"edited, or not written by the harness")
 
 
 def budget_ratio(d: pd.DataFrame) -> pd.Series:

@@ -172,7 +172,7 @@ def test_csv_reads_keep_names_as_text(tmp_path):
     """Even a results.csv written by something else: impl and case ids stay the strings they were."""
     names = ["NA", "None", "nan", "null", "NaN", "N/A", "#N/A", "<NA>", "-nan", "1.#IND"]
     df = pd.DataFrame({"case_id": ["0123456789ab", "000000000001"] * 5, "impl": names, "output": "y",
-                       "reference": "exact", "status": "pass", "max_ulp": [0.5, ""] * 5, "reason": ""})
+                       "reference": "exact", "status": "skip", "max_ulp": [0.5, ""] * 5, "reason": ""})
     p = tmp_path / "results.csv"
     df.to_csv(p, index=False)
     back = read_results(p)
@@ -205,3 +205,29 @@ def test_nan_against_a_nan_reference_fails(inputs_factory):
     for r in got:
         assert r["status"] == "fail" and r["fail_kind"] == "nan_reference", r
         assert "reference is NaN" in r["reason"] and "never passes" in r["reason"]
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda d, p: d.assign(max_ulp=d["max_ulp"].where(~p, float("nan")), budget_metric="ulp"),
+     "says pass with ulp nan"),
+    (lambda d, p: d.assign(fail_kind=d["fail_kind"].astype(object).where(~p, "contract")), "fail kind 'contract'"),
+    (lambda d, p: d.assign(status=d["status"].where(~p, "banana")), "status 'banana' is not one of"),
+    (lambda d, p: d.drop(columns="budget"), "no budget column"),
+])
+def test_a_results_file_whose_passes_its_numbers_deny_is_refused_by_every_reader(capsys, tmp_path, edit, needle):
+    """merge, report, --resume and --baseline gate on rows read back: a pass they cannot confirm
+    from the row's own numbers (NaN, a fail kind, an unknown status, no budget) is the file's error."""
+    (tmp_path / "s.toml").write_text(TWO)
+    good = tmp_path / "good"
+    args = ["run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu", "--isolate", "inline",
+            "--repeats", "0", "--no-report"]
+    assert run(capsys, *args, "--out", good)[0] == 0
+    df = read_results(good / "results.csv")
+    first_pass = (df["status"] == "pass") & (df.index == df.index[df["status"] == "pass"][0])
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    edit(df.copy(), first_pass).to_csv(bad / "results.csv", index=False)
+    for argv in (["report", bad], ["merge", bad, "--out", tmp_path / "m"], [*args, "--out", bad, "--resume"],
+                 [*args, "--out", tmp_path / "o", "--baseline", bad]):
+        code, o, e = run(capsys, *argv)
+        assert one_line_usage(code, e) and needle in e, (argv[0], e)

@@ -176,7 +176,7 @@ def test_check_outputs(tmp_path):
 def test_nan_values_round_trip(tmp_path):
     rd = RunDir(tmp_path).create()
     _, df = _rows()
-    df.loc[0, "max_ulp"] = math.nan
+    df.loc[0, ["max_ulp", "status"]] = [math.nan, "fail"]           # a NaN never passes
     rd.write_results(df)
     back = read_results(rd.results)
     assert math.isnan(back.loc[0, "max_ulp"]) and back["impl"].tolist() == df["impl"].tolist()
@@ -246,7 +246,7 @@ def test_results_read_back_one_type_per_column_without_a_warning(tmp_path):
     import warnings
 
     from harness.reports.rundir import read_results
-    rows = [{"case_id": f"c{k}", "impl": "x", "output": "y", "reference": "exact", "status": "pass",
+    rows = [{"case_id": f"c{k}", "impl": "x", "output": "y", "reference": "exact", "status": "skip",
              "repeatable": True if k % 50 == 0 or k > 40000 else None} for k in range(60000)]
     rd = RunDir(tmp_path).create()
     with warnings.catch_warnings():
@@ -270,7 +270,7 @@ def test_lines_rendered_as_pairs_arrive_are_the_frame_as_pandas_writes_it(tmp_pa
     rows = [{"case_id": "c1", "impl": "x", "output": "y", "reference": "exact", "status": "error",
              "reason": 'bad, "quoted",\nnewline; ü', "max_ulp": float("nan"), "max_scaled_err": np.float64(0.1),
              "cr_mismatch": 3.0, "certified": None, "repeatable": True},
-            {"case_id": "c1", "impl": "x", "output": "dx", "reference": "model:chain", "status": "pass",
+            {"case_id": "c1", "impl": "x", "output": "dx", "reference": "model:chain", "status": "fail",
              "max_ulp": 1e-300, "max_scaled_err": float("inf"), "cr_mismatch": 0, "certified": float("nan"), "fail_kind": pd.NA,
              "repeatable": False, "not_a_column": "dropped"},
             {"case_id": "c2", "impl": "x", "output": "y", "reference": "exact", "status": "skip", "reason": "NA",
