@@ -88,3 +88,25 @@ def test_where_a_directory_cannot_be_locked_the_lock_file_is(tmp_path, monkeypat
             rd._acquire("--out")                 # another open file description: as a second process
     with rd.lock():                               # released: free again
         pass
+
+
+def test_merge_and_report_do_not_write_into_a_directory_a_run_holds(capsys, tmp_path):
+    (tmp_path / "s.toml").write_text(TWO)
+    done = tmp_path / "done"
+    assert _second_run(capsys, tmp_path, done)[0] == 0
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "results.csv").write_bytes((done / "results.csv").read_bytes())     # the running sweep's rows so far
+    before = (out / "results.csv").read_bytes()
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "held"
+        for argv in (["merge", done, "--out", out], ["report", out]):
+            code, _, err = run(capsys, *argv)
+            assert one_line_usage(code, err) and f"in use by another harness run (pid {p.pid} " in err, err
+        assert (out / "results.csv").read_bytes() == before and not (out / "report.html").exists()
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert run(capsys, "report", out)[0] == 0 and (out / "report.html").is_file()        # once it is free

@@ -88,10 +88,11 @@ def cmd_merge(args) -> int:
     if args.cases or suite:
         check_coverage(df, args.cases or suite, recorded=not args.cases)
     out = RunDir(args.out).create()
-    parts = [read_csv(RunDir(d).file(PAIR_TIMING)) for d in args.dirs if RunDir(d).file(PAIR_TIMING).is_file()]
-    if parts:
-        out.write_frame(PAIR_TIMING, pd.concat(parts, ignore_index=True))
-    err(f"harness: merged {len(frames)} result sets, {len(df)} rows")
-    results = Results(df, suite=suite)
-    device = str(df["device"].iloc[0]) if len(df) else "cpu"
-    return finish(results, out.path, device, [], "merged", args.junit, False)
+    with out.lock():                 # a sweep running into --out keeps it (and its rows)
+        parts = [read_csv(RunDir(d).file(PAIR_TIMING)) for d in args.dirs if RunDir(d).file(PAIR_TIMING).is_file()]
+        if parts:
+            out.write_frame(PAIR_TIMING, pd.concat(parts, ignore_index=True))
+        err(f"harness: merged {len(frames)} result sets, {len(df)} rows")
+        results = Results(df, suite=suite)
+        device = str(df["device"].iloc[0]) if len(df) else "cpu"
+        return finish(results, out.path, device, [], "merged", args.junit, False)

@@ -106,12 +106,17 @@ def in_background(fn, *args) -> Future:
 
 
 def cmd_report(args) -> int:
-    from harness.gate import apply_baseline
-    from harness.reports.outputs import RunData, write_outputs
-    from harness.reports.summary import summarize
     rd = RunDir(args.dir)
     if not rd.results.is_file():
         raise UsageError(f"report: {args.dir}: no results.csv")
+    with rd.lock("report"):          # not while a sweep writes there: its files would be half of each
+        return _report(rd, args)
+
+
+def _report(rd: RunDir, args) -> int:
+    from harness.gate import apply_baseline
+    from harness.reports.outputs import RunData, write_outputs
+    from harness.reports.summary import summarize
     df = read_results(rd.results)
     baseline = load_baseline(args.baseline)
     if baseline is not None:
