@@ -23,8 +23,10 @@ from harness.impls.base import Implementation, from_factory
 from harness.pipeline.settings import Settings
 from harness.references.accel import BACKENDS
 from harness.references.errors import UsageError
+from harness.references.metrics import get, registry
 from harness.reports.outputs import RunData, formats, write_outputs
 from harness.reports.rundir import RunDir, read_results
+from harness.reports.schema import missing_columns
 from harness.reports.summary import summarize
 from harness.runner import Sweep, SweepResult, run_sweep
 from harness.schedule import shard
@@ -135,6 +137,10 @@ def load_baseline(path: str | None) -> pd.DataFrame | None:
     if not f.is_file():
         raise UsageError(f"--baseline {path}: no results.csv there")
     df = read_results(f)
+    gated_columns = {get(m).column for m in df["budget_metric"].dropna().unique() if m in registry()} \
+        if "budget_metric" in df.columns else set()
+    if missing := missing_columns(df, ["budget_metric", "budget", *sorted(gated_columns)]):
+        raise UsageError(f"--baseline {f}: no column {missing[0]!r}: nothing to compare against")
     check_case_rows(df.drop_duplicates("case_id").to_dict("records"), f"--baseline {f}")
     return df
 

@@ -23,7 +23,7 @@ from harness.references.mathclass import ACCURATE, MathClass, parse_math
 from harness.references.metrics import gated_metric, get, registry
 from harness.references.models import RoundingModel, resolve
 from harness.references.models.noise import U32, exact_path_noise
-from harness.reports.schema import reference_output
+from harness.reports.schema import missing_columns, reference_output
 
 FILE_COLUMNS = ("impl", "rounding", "math", "dtype", "output", "reference", "regime", "metric", "budget")
 # The columns before the math class had one (every line then applies at every class): still read.
@@ -184,12 +184,16 @@ def regen(results, allow_growth: bool = False):
     never below the default budget the rows were gated with (a bit-exact run must not leave budget 0
     for a later, legitimately reordered one). Returns (lines, grown, refused): a key whose maximum
     exceeds its budget grows, at most REGEN_GROWTH_CAP times the default unless allow_growth."""
+    keys = ["impl", "rounding", "math", "out_dtype", "output", "reference_kind", "regime", "budget_metric"]
+    metrics = set(results["budget_metric"].dropna()) if "budget_metric" in results.columns else set()
+    used = [k for k in keys if k != "math"] + ["budget"] + sorted(get(m).column for m in metrics if m in registry())
+    if missing := missing_columns(results, used):             # "math": older files lack it, and gate any class
+        raise UsageError(f"no column {missing[0]!r}: not a results.csv of this harness to take budgets from")
     ok = results[results["status"].isin(["pass", "fail"])]
     ok = ok.assign(output=ok["output"].map(reference_output),      # y_infer is gated by y's budget lines
                    # one line per class: a file regenerated at fast must not gate `fla@accurate`
                    math=(ok["math"].fillna("").astype(str).replace("", "*") if "math" in ok else "*"))
     lines, grown, refused = [], [], []
-    keys = ["impl", "rounding", "math", "out_dtype", "output", "reference_kind", "regime", "budget_metric"]
     for key, grp in ok.groupby(keys, sort=True):
         impl, rounding, mc, dtype, output, kind, regime, metric = key
         measured = float(grp[get(metric).column].max())

@@ -29,7 +29,7 @@ from harness.references.formats import fmt_of
 from harness.references.errors import UsageError
 from harness.references.metrics import get
 from harness.reports.rundir import PAIR_TIMING, RESULTS
-from harness.reports.schema import CHECKED_OUTPUTS, SCHEMA_VERSION
+from harness.reports.schema import CHECKED_OUTPUTS, SCHEMA_VERSION, missing_columns
 from harness.reports.summary import verdict_problem
 
 
@@ -98,7 +98,11 @@ def resume_rows(sw) -> pd.DataFrame:
     pair-timing.csv are rewritten to it."""
     rd, s = sw.rundir, sw.settings
     kept = rd.repair_for_resume(expected_checks(sw.impls, s.models))
-    why = verdict_problem(kept) if len(kept) else None               # re-gating would blame the implementation
+    ours = "schema_version" in kept.columns and bool((pd.to_numeric(kept["schema_version"], errors="coerce")
+                                                      == SCHEMA_VERSION).any())     # an older schema's rows rerun
+    missing = missing_columns(kept) if ours else []
+    why = (f"no column {missing[0]!r} of schema {SCHEMA_VERSION}: not a results.csv this harness wrote whole"
+           if missing else verdict_problem(kept) if len(kept) else None)  # re-gating would blame the implementation
     if why:
         raise UsageError(f"{rd.results}: {why}; --resume keeps nothing of a file it cannot trust (move it away)")
     if len(kept):

@@ -80,3 +80,9 @@ def number_columns() -> tuple[str, ...]:
     """The columns that hold numbers (blank where not measured): read back, any other text there is
     a file that is not what this harness wrote."""
     return metric_columns() + _NUMBERS + INT_COLUMNS
+
+
+def missing_columns(df, needed=None) -> list[str]:
+    """The columns of `needed` (default: every column this harness writes) that `df` lacks, in order:
+    what a reader about to use them names instead of failing on the first (a KeyError, exit 3)."""
+    return [c for c in (columns() if needed is None else needed) if c not in df.columns]

@@ -212,7 +212,7 @@ def test_nan_against_a_nan_reference_fails(inputs_factory):
      "says pass with ulp nan"),
     (lambda d, p: d.assign(fail_kind=d["fail_kind"].astype(object).where(~p, "contract")), "fail kind 'contract'"),
     (lambda d, p: d.assign(status=d["status"].where(~p, "banana")), "status 'banana' is not one of"),
-    (lambda d, p: d.drop(columns="budget"), "no budget column"),
+    (lambda d, p: d.drop(columns="budget"), "no column 'budget'"),
 ])
 def test_a_results_file_whose_passes_its_numbers_deny_is_refused_by_every_reader(capsys, tmp_path, edit, needle):
     """merge, report, --resume and --baseline gate on rows read back: a pass they cannot confirm
@@ -231,3 +231,28 @@ def test_a_results_file_whose_passes_its_numbers_deny_is_refused_by_every_reader
                  [*args, "--out", tmp_path / "o", "--baseline", bad]):
         code, o, e = run(capsys, *argv)
         assert one_line_usage(code, e) and needle in e, (argv[0], e)
+
+
+@pytest.mark.parametrize("column", ["device", "budget_metric", "out_dtype", "rounding", "max_ulp"])
+def test_a_results_file_missing_a_column_its_reader_uses_is_one_line(capsys, tmp_path, column):
+    """Each reader names the column it lacks (exit 2), not a KeyError (exit 3) — for --baseline,
+    before the sweep."""
+    (tmp_path / "s.toml").write_text(TWO)
+    good = tmp_path / "good"
+    args = ["run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu", "--isolate", "inline",
+            "--repeats", "0", "--no-report"]
+    assert run(capsys, *args, "--out", good)[0] == 0
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    read_results(good / "results.csv").drop(columns=column).to_csv(bad / "results.csv", index=False)
+    readers = [["merge", bad, "--out", tmp_path / "m"], [*args, "--out", bad, "--resume"],
+               ["budgets", "regen", "--from", bad, "-o", tmp_path / "b.csv"]]
+    if column in ("budget_metric", "max_ulp"):
+        readers.append([*args, "--out", tmp_path / "o", "--baseline", bad])
+    for argv in readers:
+        code, o, e = run(capsys, *argv)
+        if argv[0] == "budgets" and column == "device":          # regen reads no device
+            assert code == 0, e
+            continue
+        assert one_line_usage(code, e) and repr(column) in e, (argv[:2], e)
+    assert not (tmp_path / "o").exists() or not (tmp_path / "o" / "results.csv").exists()

@@ -13,7 +13,7 @@ from harness.cases.params import check_case_rows
 from harness.commands import err
 from harness.references.errors import UsageError
 from harness.reports.rundir import PAIR_TIMING, RunDir, read_csv, read_results
-from harness.reports.schema import KEY, SCHEMA_VERSION
+from harness.reports.schema import KEY, SCHEMA_VERSION, missing_columns
 
 
 def _one(df: pd.DataFrame, column: str, what: str, dirs) -> str:
@@ -69,9 +69,12 @@ def cmd_merge(args) -> int:
             raise UsageError(f"merge: {d}: no results.csv")
         frames.append(read_results(rd.results))
     df = pd.concat(frames, ignore_index=True)
+    check_schema(df, args.dirs)
+    if missing := missing_columns(df):
+        raise UsageError(f"merge: the inputs lack column {missing[0]!r} of schema {SCHEMA_VERSION}: a results.csv "
+                         f"this harness did not write whole")
     _one(df, "harness_version", "harness version", args.dirs)
     _one(df, "device", "device", args.dirs)
-    check_schema(df, args.dirs)
     suite = _one(df, "suite", "suite", args.dirs)
     for d, f in zip(args.dirs, frames):
         check_case_rows(f.drop_duplicates("case_id").to_dict("records"), f"merge: {d}")

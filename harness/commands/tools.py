@@ -2,6 +2,7 @@
 `selftest`, `bisect`, `exhaustive`."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -41,14 +42,18 @@ def cmd_budgets(args) -> int:
     f = p / "results.csv" if p.is_dir() else p
     if not f.is_file():
         raise UsageError(f"budgets regen --from {args.src}: no results.csv")
-    lines, grown, refused = regen(read_results(f), allow_growth=args.allow_growth)
+    try:
+        lines, grown, refused = regen(read_results(f), allow_growth=args.allow_growth)
+    except UsageError as e:
+        raise UsageError(f"budgets regen --from {f}: {e}") from None
     with atomic_write(out, "w") as fh:
         fh.write(budget_file_text(lines))
     for key, new, old in grown:
         print(f"grew: {','.join(map(str, key))}: {old:.4g} -> {new:.4g}")
     for key, new, old in refused:
-        print(f"refused (more than {REGEN_GROWTH_CAP:g} x the budget; use --allow-growth): "
-              f"{','.join(map(str, key))}: {old:.4g} -> {new:.4g}", file=sys.stderr)
+        why = (f"more than {REGEN_GROWTH_CAP:g} x the budget; use --allow-growth" if math.isfinite(new) else
+               "the measured maximum is not a number: no budget holds it; fix the failing rows")
+        print(f"refused ({why}): {','.join(map(str, key))}: {old:.4g} -> {new:.4g}", file=sys.stderr)
     print(f"harness: wrote {len(lines)} budgets to {args.output}")
     return EXIT_FAIL if refused else EXIT_OK
 
