@@ -206,3 +206,34 @@ def test_a_sigmoid_plugin_of_any_model_needs_no_other_code(tmp_path, monkeypatch
     wrong = from_factory("wrong", getattr(importlib.import_module(mod), name), "tests", rounding=other)
     bad = harness.verify(wrong, cases=str(suite), device="cpu", isolate="inline").frame
     assert (bad[bad["reference"] == f"model:{other}"]["status"] == "fail").any()
+
+
+SPARSE_BODY = GOOD_BODY + """
+class Sparse(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.weight = inner, inner.weight
+    def forward(self, x, gate):
+        y = self.inner(x, gate)
+        return y.to_sparse() if not torch.is_grad_enabled() else y     # the serving path's y is sparse
+def sparse(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    return Sparse(make(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device))
+"""
+
+
+def test_a_sparse_output_is_a_contract_failure_in_a_worker_too(tmp_path, monkeypatch, capsys):
+    """Not a crash of the harness's own wire (it sent only dense tensors): y_infer's row says why."""
+    from harness.cli import main
+    from harness.reports.rundir import read_results
+    mod = write_module(tmp_path, monkeypatch, SPARSE_BODY)
+    rows = pair_rows(make_case(shape=(4, 32)), registry.resolve(f"s={mod}:sparse"))
+    infer = [r for r in rows if r["output"] == "y_infer"]
+    assert infer and all(r["fail_kind"] == "contract" and "layout sparse_coo" in r["reason"] for r in infer)
+    assert all(r["status"] == "pass" for r in rows if r["output"] != "y_infer")
+    (tmp_path / "s.toml").write_text('[[group]]\ndtype = ["bf16"]\nshape = [[4, 32]]\n')
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "--impl", f"s={mod}:sparse", "--cases", "s.toml", "--device", "cpu", "--isolate", "process",
+                 "--out", "o", "--no-report", "--repeats", "0"])
+    df = read_results(tmp_path / "o" / "results.csv")
+    assert code == 1 and set(df.loc[df["output"] == "y_infer", "fail_kind"]) == {"contract"}
+    assert "exited with status" not in capsys.readouterr().out

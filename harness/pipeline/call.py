@@ -114,6 +114,9 @@ def plain(name: str, t, shape, dtype: torch.dtype) -> tuple[torch.Tensor | None,
         return None, Finding("contract", text=f"{name} shape {tuple(t.shape)}, expected {tuple(shape)}")
     if t.dtype != dtype:
         return None, Finding("contract", text=f"{name} dtype {_dtype(t.dtype)}, expected {_dtype(dtype)}")
+    if t.layout != torch.strided:                 # sparse, mkldnn...: what a dense output reads as is not its data
+        return None, Finding("contract", text=f"{name} layout {str(t.layout).replace('torch.', '')}, expected a "
+                                              f"dense (strided) tensor")
     return t.detach().clone(), None
 
 
