@@ -20,4 +20,9 @@ def out_of_memory(e: BaseException) -> bool:
     of its own ("DefaultCPUAllocator: can't allocate memory")."""
     if isinstance(e, MemoryError) or any(c.__name__ == "OutOfMemoryError" for c in type(e).__mro__):
         return True
-    return isinstance(e, RuntimeError) and "can't allocate memory" in str(e)
+    if not isinstance(e, RuntimeError):
+        return False
+    try:
+        return "can't allocate memory" in str(e)
+    except Exception:                   # noqa: BLE001 — a plug-in's exception whose __str__ raises: not the allocator's
+        return False

@@ -237,3 +237,16 @@ def test_a_sparse_output_is_a_contract_failure_in_a_worker_too(tmp_path, monkeyp
     df = read_results(tmp_path / "o" / "results.csv")
     assert code == 1 and set(df.loc[df["output"] == "y_infer", "fail_kind"]) == {"contract"}
     assert "exited with status" not in capsys.readouterr().out
+
+
+def test_an_exception_whose_message_cannot_be_read_is_still_named(tmp_path, monkeypatch):
+    mod = write_module(tmp_path, monkeypatch, GOOD_BODY + """
+class Unreadable(RuntimeError):
+    def __str__(self):
+        raise ValueError("no")
+def raises(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    raise Unreadable()
+""")
+    rows = pair_rows(make_case(shape=(4, 32)), registry.resolve(f"u={mod}:raises"))
+    assert {r["status"] for r in rows} == {"error"}
+    assert all("Unreadable: (its message could not be read" in r["reason"] for r in rows)

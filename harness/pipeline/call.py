@@ -60,9 +60,17 @@ class CallRecord:
     speed: Speed | None = None
 
 
+def said(e: BaseException) -> str:
+    """str(e), stripped; an exception whose own __str__ raises still says what it is."""
+    try:
+        return str(e).strip()
+    except Exception:                  # noqa: BLE001 — the plug-in's exception class, not ours
+        return "(its message could not be read: its __str__ raised)"
+
+
 def short(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {msg}"[:300]
+    msg = said(e)
+    return f"{type(e).__name__}: {msg.splitlines()[0] if msg else ''}"[:300]
 
 
 def _failure(e: BaseException, where: str) -> CallRecord:

@@ -54,8 +54,9 @@ def first_to_go() -> None:
 def escaped(e: BaseException) -> str:
     """Why a pair ended in an exception its side did not turn into data (a plug-in that no longer
     imports, or a bug of the harness)."""
-    tb = traceback.format_exc(limit=-6).strip().replace("\n", " | ")
-    return f"the pair raised {type(e).__name__}: {str(e).strip()[:200]} ({tb[-1500:]})"
+    from harness.pipeline.call import said
+    tb = traceback.format_exc(limit=-3).strip().replace("\n", " | ")      # where: the innermost frames
+    return f"the pair raised {type(e).__name__}: {said(e)[:200]} ({tb[-600:]})"
 
 
 def warm_cuda() -> None:
