@@ -13,11 +13,17 @@ from harness.impls.registry import builtins
 from harness.mutants import MUTANTS, spec
 
 CORRECT = ("torch", "torch-fused", "torch-xhat", "torch-compile-emulate", "torch-fastmath", "torch-fastmath-ftz")
+# Controls whose declared model is Inductor's to keep: torch-compile-emulate realises the chain where
+# Inductor keeps emulate_precision_casts' roundings — its C++ code (torch 2.13, the CPU) — but its
+# CUDA code on the H200 (torch 2.11) drops them: identify names fused, and the selftest on CUDA
+# flagged it (dx 6.3 ULP against model:chain; bench/RESULTS.md). There it measures Inductor, not
+# the harness: `harness run` still judges it against what it declares.
+CPU_CONTROLS = ("torch-compile-emulate",)
 
 
 def correct_builtins(device: str) -> list[str]:
     """The built-ins that must pass: the eager and emulating ones, and every adapter that runs here."""
-    names = list(CORRECT)
+    names = [n for n in CORRECT if device == "cpu" or n not in CPU_CONTROLS]
     for name, impl in builtins().items():
         if name.startswith("hf-") and impl.skip_reason(device) is None:
             names.append(name)

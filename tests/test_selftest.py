@@ -59,6 +59,14 @@ def test_every_mutant_caught_and_every_correct_builtin_passes(report):
     assert report.ok
 
 
+def test_an_inductor_emulation_is_a_control_on_the_cpu_only():
+    """On CUDA its model is Inductor's to keep (the H200's torch 2.11 drops the casts): no control there."""
+    from harness.selftest import correct_builtins
+    assert "torch-compile-emulate" in correct_builtins("cpu")
+    cuda = correct_builtins("cuda")
+    assert "torch-compile-emulate" not in cuda and {"torch", "torch-fused", "torch-xhat"} <= set(cuda)
+
+
 def test_field_mutants_cite_their_source():
     for name in ("eps-outside-sqrt", "variance-bf16-accumulator", "zc-ignored-gamma-twice", "one-plus-w-in-bf16",
                  "fla-dgate-in-x-dtype", "returns-fp32", "dweight-garbage-few-rows", *FIELD):
