@@ -116,7 +116,7 @@ def parse_budget_file(text: str, path: str) -> list[Override]:
     if header not in (FILE_COLUMNS, LEGACY_COLUMNS):
         raise UsageError(f"{path}: line {numbered[0][0]}: header must be {','.join(FILE_COLUMNS)} "
                          f"(or the same without math, as written before it existed)")
-    out = []
+    out, first_line = [], {}
     for i, r in numbered[1:]:
         if len(r) != len(header):
             raise UsageError(f"{path}: line {i}: expected {len(header)} fields, got {len(r)}")
@@ -145,6 +145,11 @@ def parse_budget_file(text: str, path: str) -> list[Override]:
             raise UsageError(f"{path}: line {i}: budget: {d['budget']!r} is not a number") from None
         if not (b >= 0) or math.isinf(b):
             raise UsageError(f"{path}: line {i}: budget: {b} must be finite and >= 0")
+        key = tuple(d[k] for k in ("impl", "rounding", "math", "dtype", "output", "reference", "regime"))
+        if key in first_line:            # only one of them could ever apply
+            raise UsageError(f"{path}: line {i}: the same key as line {first_line[key]} ({','.join(key)}): "
+                             f"one budget per key")
+        first_line[key] = i
         out.append(Override(d["impl"], d["rounding"], d["dtype"], d["output"], d["reference"],
                             d["regime"], d["metric"], b, d["math"]))
     return out

@@ -69,6 +69,8 @@ def test_parse_accepts_another_registered_metric_and_rounding_aliases():
     (HEADER + "torch,chain,bf16,y,exact,normal,ulp,nan\n", ("line 2", "budget")),
     (HEADER + "torch,chain,bf16,y,exact,normal,ulp,1\n*,*,*,y,*,*,ulp,x\n", ("line 3", "budget")),
     ("# only a comment\n", ("empty",)),
+    (HEADER + "torch,chain,bf16,y,exact,normal,ulp,0.1\n*,*,*,y,*,*,ulp,1\ntorch,chain,bf16,y,exact,normal,scaled,100\n",
+     ("line 4", "same key as line 2", "one budget per key")),
 ])
 def test_parse_errors_name_the_line(body, needles):
     with pytest.raises(UsageError) as ei:

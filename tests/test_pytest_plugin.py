@@ -245,7 +245,7 @@ def test_xdist_workers_get_one_gpu_each(project, tmp_path):
 def test_budget_file_never_reads_back_below_a_budget():
     from harness.budgets import FILE_COLUMNS, budget_file_text, parse_budget_file
     values = [2.00439453125, 1.3, 0.5, 11.0, 2.0007, 1 / 3]
-    keys = ("*", "*", "*", "bf16", "y", "exact", "normal", "ulp")
-    text = budget_file_text([dict(zip(FILE_COLUMNS, (*keys, v))) for v in values])
+    keys = ("*", "*", "bf16", "y", "exact", "normal", "ulp")                  # one impl a line: one budget per key
+    text = budget_file_text([dict(zip(FILE_COLUMNS, (f"impl{k}", *keys, v))) for k, v in enumerate(values)])
     assert [o.budget for o in parse_budget_file(text, "b.csv")] == values     # regen's floor survives the file
     assert "1.3\n" in text and "2.00439453125\n" in text
