@@ -133,6 +133,8 @@ def _shards(df, tmp_path, edit_b=None):
     (lambda b: b.__setitem__("eps", "-1.0"), "eps: -1.0 is not a positive"),
     (lambda b: b.__setitem__("norm_before_gate", "maybe"), "norm_before_gate: 'maybe' is not true/false"),
     (lambda b: b.__setitem__("seed", "5"), "its parameters hash to"),
+    (lambda b: b.loc.__setitem__((b.index[-1], "harness_version"), ""), "has no harness version: a torn or partial"),
+    (lambda b: b.loc.__setitem__(b.index[-1], b.iloc[0]), "is in it twice: not one run's results.csv"),
 ])
 def test_merge_refuses_shards_that_do_not_add_up(capsys, tmp_path, sweep, edit, needle):
     df, _ = sweep

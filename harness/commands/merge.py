@@ -18,6 +18,9 @@ from harness.reports.schema import KEY, SCHEMA_VERSION, missing_columns
 
 def _one(df: pd.DataFrame, column: str, what: str, dirs) -> str:
     values = sorted(set(df[column].dropna().astype(str))) if column in df.columns else []
+    if "" in values:
+        raise UsageError(f"merge: a row of the inputs has no {what}: a torn or partial results.csv (rerun its "
+                         f"shard with --resume first): {' '.join(dirs)}")
     if len(values) > 1:
         raise UsageError(f"merge: the inputs come from different {what}s ({', '.join(values)}): {' '.join(dirs)}")
     return values[0] if values else ""
@@ -68,6 +71,11 @@ def cmd_merge(args) -> int:
         if not rd.results.is_file():
             raise UsageError(f"merge: {d}: no results.csv")
         frames.append(read_results(rd.results))
+        twice = frames[-1][frames[-1].duplicated(list(KEY), keep=False)]
+        if not twice.empty:
+            r = twice.iloc[0]
+            raise UsageError(f"merge: {d}: {r['case_id']} {r['impl']} {r['output']} {r['reference']} is in it twice: "
+                             f"not one run's results.csv")
     df = pd.concat(frames, ignore_index=True)
     check_schema(df, args.dirs)
     if missing := missing_columns(df):
