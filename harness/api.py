@@ -73,6 +73,10 @@ class Results:
 
     def verdict_lines(self) -> list[str]:
         lines = verdict(self.frame)[1]
+        if self.baseline is not None and len(self.frame) and "baseline_value" in self.frame.columns \
+                and self.frame["baseline_value"].isna().all():
+            lines.append("harness: note: --baseline: no check of this run has a value there to compare with "
+                         "(other implementations, cases or metrics): nothing was compared")
         if self.unfinished:
             lines.append(f"harness: error: {len(self.unfinished)} of {self.planned} planned pairs did not finish")
         return lines

@@ -256,3 +256,14 @@ def test_a_results_file_missing_a_column_its_reader_uses_is_one_line(capsys, tmp
             continue
         assert one_line_usage(code, e) and repr(column) in e, (argv[:2], e)
     assert not (tmp_path / "o").exists() or not (tmp_path / "o" / "results.csv").exists()
+
+
+def test_a_baseline_with_nothing_to_compare_says_so(capsys, tmp_path):
+    (tmp_path / "s.toml").write_text(TWO)
+    args = ["run", "--cases", tmp_path / "s.toml", "--device", "cpu", "--isolate", "inline", "--repeats", "0",
+            "--no-report"]
+    assert run(capsys, *args, "--impl", "torch-fused", "--out", tmp_path / "base")[0] == 0
+    code, o, e = run(capsys, *args, "--impl", "torch", "--out", tmp_path / "o", "--baseline", tmp_path / "base")
+    assert code == 0 and "--baseline: no check of this run has a value there to compare with" in o + e
+    code, o, e = run(capsys, *args, "--impl", "torch-fused", "--out", tmp_path / "o2", "--baseline", tmp_path / "base")
+    assert code == 0 and "nothing was compared" not in o + e
