@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--budgets", help="the budget file the sweep used")
     rl.add_argument("--isolate", choices=["auto", "process", "inline"], default="auto",
                     help="run the pair in a worker process (auto: wherever the implementation can be sent to one)")
+    rl.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                    help="seconds the pair may run before it is an error (a worker process only)")
 
     b = sub.add_parser("budgets", help="budget files")
     bsub = b.add_subparsers(dest="budgets_cmd", required=True, parser_class=_Parser)

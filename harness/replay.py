@@ -21,6 +21,7 @@ from harness.pipeline.drive import Pipeline
 from harness.pipeline.settings import Settings, replay_command
 from harness.references.errors import UsageError
 from harness.reports.rundir import RunDir, read_csv
+from harness.worker import DEFAULT_TIMEOUT
 
 
 def find_case(case_id: str, cases: str, case_json: str | None = None) -> Case:
@@ -66,11 +67,11 @@ class Replay:
 
 
 def run_case(case: Case, impl, device: str, top: int = 5, overrides=(), override_path: str = "",
-             suite_ref: str = "", isolate: str = "auto") -> Replay:
+             suite_ref: str = "", isolate: str = "auto", timeout: float = DEFAULT_TIMEOUT) -> Replay:
     from harness.impls.source import source_hash
     s = Settings(device, tuple(overrides), override_path, suite_ref=suite_ref,
                  impl_hashes={impl.name: source_hash(impl)}, top=max(top, 1))
-    pipe = Pipeline(s, isolate)
+    pipe = Pipeline(s, isolate, timeout)
     try:
         return Replay(pipe.run(case, impl), top)
     finally:
@@ -103,10 +104,12 @@ def format_replay(r: Replay) -> str:
 
 
 def replay(case_id: str, impl_spec: str, cases: str, device: str = "auto", top: int = 5,
-           budgets: str | None = None, case_json: str | None = None, isolate: str = "auto") -> Replay:
+           budgets: str | None = None, case_json: str | None = None, isolate: str = "auto",
+           timeout: float = DEFAULT_TIMEOUT) -> Replay:
     """Check the arguments (UsageError naming the bad one), find the case and rerun it."""
-    from harness.api import as_implementation, resolve_device
+    from harness.api import as_implementation, check_run_options, resolve_device
     from harness.budgets import load_budget_file
+    check_run_options(timeout=timeout)
     device = resolve_device(device)
     if top is None or top < 0:
         raise UsageError(f"--top {top}: must be >= 0")
@@ -116,7 +119,7 @@ def replay(case_id: str, impl_spec: str, cases: str, device: str = "auto", top: 
         raise UsageError(f"--impl {impl.name}: {reason}")
     case = find_case(case_id, cases, case_json)
     overrides = load_budget_file(budgets) if budgets else []
-    return run_case(case, impl, device, top, overrides, budgets or "", "" if case_json else cases, isolate)
+    return run_case(case, impl, device, top, overrides, budgets or "", "" if case_json else cases, isolate, timeout)
 
 
 def write_replay_results(r: Replay, out_dir) -> Path:

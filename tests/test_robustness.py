@@ -212,6 +212,12 @@ def test_hang_times_out_names_the_case_and_goes_on(capsys, plug):
     assert f"harness: h {hung['case_id'].iloc[0]} [" in err and "timed out after 5 s" in err
     rest = df[~((df["impl"] == "h") & (df["hidden"] == 16))]
     assert len(rest) == 30 and (rest["status"] == "pass").all()
+    t0 = time.time()                                   # its replay, with the sweep's timeout
+    code, stdout, err = run(capsys, "replay", hung["case_id"].iloc[0], "--impl", "h=evil:fwd_hang", "--cases",
+                            plug / "two.toml", "--device", "cpu", "--isolate", "process", "--timeout", "5")
+    assert code == 1 and "timed out after 5 s" in stdout and time.time() - t0 < 60, stdout + err
+    assert run(capsys, "replay", hung["case_id"].iloc[0], "--impl", "torch", "--cases", plug / "two.toml",
+               "--timeout", "0")[0] == 2
 
 
 # ---------------------------------------------------------------------- 4: --resume re-gates

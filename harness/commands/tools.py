@@ -17,7 +17,8 @@ def cmd_replay(args) -> int:
         if Path(args.out).is_file():
             raise UsageError(f"--out {args.out}: is a file, expected a directory")
         check_output_file("--out", str(Path(args.out) / "results.csv"))
-    r = replay(args.case_id, args.impl, args.cases, args.device, args.top, args.budgets, args.case, args.isolate)
+    r = replay(args.case_id, args.impl, args.cases, args.device, args.top, args.budgets, args.case, args.isolate,
+               args.timeout)
     print(format_replay(r))
     if args.out:
         err(f"harness: wrote {write_replay_results(r, args.out)}")
