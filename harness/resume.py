@@ -93,11 +93,12 @@ def regate(df: pd.DataFrame, cases: dict[str, Case], impls: dict[str, Implementa
     return df
 
 
-def resume_rows(sw) -> pd.DataFrame:
+def resume_rows(sw, log=None) -> pd.DataFrame:
     """What --resume keeps of the run directory of Sweep `sw`, re-gated; results.csv and
-    pair-timing.csv are rewritten to it."""
+    pair-timing.csv are rewritten to it. `log` hears how many finished pairs it does not keep."""
     rd, s = sw.rundir, sw.settings
     kept = rd.repair_for_resume(expected_checks(sw.impls, s.models))
+    found = kept.attrs.get("pairs_found", 0)
     ours = "schema_version" in kept.columns and bool((pd.to_numeric(kept["schema_version"], errors="coerce")
                                                       == SCHEMA_VERSION).any())     # an older schema's rows rerun
     missing = missing_columns(kept) if ours else []
@@ -121,6 +122,11 @@ def resume_rows(sw) -> pd.DataFrame:
                            for w, sp, h in zip(ran, column("impl_spec"), column("impl_hash"))], index=kept.index)
         bad = {k for k, ok in zip(zip(kept["case_id"], kept["impl"]), same) if not ok}
         kept = kept[[k not in bad for k in zip(kept["case_id"], kept["impl"])]]
+    kept_pairs = len(set(zip(kept["case_id"], kept["impl"]))) if len(kept) else 0
+    if log and found > kept_pairs:
+        log(f"harness: --resume: {found - kept_pairs} of the {found} pairs in {rd.results} not kept — other "
+            f"implementations or cases, unfinished, or of another device, math class, harness version or "
+            f"implementation source; this run's among them run again")
     if len(kept):
         kept = regate(kept, {c.case_id: c for c in sw.cases}, {i.name: i for i in sw.impls}, s)
         rd.write_results(kept)

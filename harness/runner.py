@@ -79,7 +79,7 @@ def run_sweep(sw: Sweep, progress: Callable[[int, int, str, list[dict]], None] |
     planned = {(c.case_id, i.name) for c in sw.cases for i in sw.impls}
     rd.clear([f for f in RUN_FILES if f not in (RESULTS, PAIR_TIMING)])      # an earlier run's report
     if sw.resume:
-        kept = resume_rows(sw)
+        kept = resume_rows(sw, log)
     else:
         rd.clear([RESULTS, PAIR_TIMING])
         kept = pd.DataFrame()

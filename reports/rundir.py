@@ -31,7 +31,8 @@ import pandas as pd
 
 from harness.references.atomic import atomic_write
 from harness.references.errors import UsageError
-from harness.reports.schema import INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, TEXT_COLUMNS, columns, number_columns
+from harness.reports.schema import (INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, TEXT_COLUMNS, columns,
+                                    missing_columns, number_columns)
 from harness.reports.summary import verdict_problem
 
 RESULTS, SUMMARY, REPORT, TIMING, PAIR_TIMING, LOCK = (
@@ -109,8 +110,7 @@ def read_results(path: Path) -> pd.DataFrame:
         df = read_csv(Path(path))
     except (OSError, pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
         raise UsageError(f"{path}: not a readable results.csv ({type(e).__name__}: {e})") from None
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
+    if missing := missing_columns(df, REQUIRED):
         raise UsageError(f"{path}: not a results.csv (missing column {missing[0]!r})")
     check_numbers(df, path)
     if why := verdict_problem(df):
@@ -237,16 +237,16 @@ class RunDir:
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
             raise UsageError(f"--resume: {self.results}: not a readable results.csv ({type(e).__name__}: {e}); "
                              f"move it away or run without --resume") from None
-        missing = [c for c in REQUIRED if c not in df.columns]
-        if missing:
+        if missing := missing_columns(df, REQUIRED):
             raise UsageError(f"--resume: {self.results}: not a results.csv (missing column {missing[0]!r})")
         df = df.drop_duplicates(list(KEY), keep="last")
         got: dict[tuple, set] = {}
         for c, i, o, r in zip(df["case_id"], df["impl"], df["output"], df["reference"]):
             got.setdefault((c, i), set()).add((o, r))
         complete = {k for k, keys in got.items() if k[1] in expected and keys == expected[k[1]]}
-        keep = df[[(c, i) in complete for c, i in zip(df["case_id"], df["impl"])]]
-        return keep.reset_index(drop=True)
+        keep = df[[(c, i) in complete for c, i in zip(df["case_id"], df["impl"])]].reset_index(drop=True)
+        keep.attrs["pairs_found"] = len(got)          # whole or not, of any implementation: what the file held
+        return keep
 
     def keep_pair_timing(self, pairs: set) -> None:
         """pair-timing.csv cut down to `pairs` ((case_id, impl)), one line each, torn lines dropped."""

@@ -246,6 +246,7 @@ def test_resume_regates_kept_rows_and_drops_other_impls_and_suites(capsys, tmp_p
     # the failing rows belong to another implementation and another suite's case: dropped, not counted
     code, o, e = run(capsys, *base, "--impl", "torch", "--cases", one, "--budgets", worse, "--resume")
     assert code == 0, o + e
+    assert "--resume: 3 of the 4 pairs in" in e                                   # said, not silent
     kept = read_results(out / "results.csv")
     assert set(kept["impl"]) == {"torch"} and set(kept["hidden"]) == {32} and len(kept) == 10
     assert all(seconds[k] == s for k, s in zip(zip(kept["case_id"], kept["impl"]), kept["pair_seconds"]))
