@@ -207,6 +207,19 @@ def test_nan_against_a_nan_reference_fails(inputs_factory):
         assert "reference is NaN" in r["reason"] and "never passes" in r["reason"]
 
 
+RUN = ["run", "--impl", "torch", "--device", "cpu", "--isolate", "inline", "--repeats", "0", "--no-report"]
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory):
+    """One passing run of TWO (its suite and results), for the tests that edit a copy of its file."""
+    from harness.cli import main
+    d = tmp_path_factory.mktemp("good")
+    (d / "s.toml").write_text(TWO)
+    assert main([str(a) for a in (*RUN, "--cases", d / "s.toml", "--out", d / "good")]) == 0
+    return d / "s.toml", read_results(d / "good" / "results.csv")
+
+
 @pytest.mark.parametrize("edit,needle", [
     (lambda d, p: d.assign(max_ulp=d["max_ulp"].where(~p, float("nan")), budget_metric="ulp"),
      "says pass with ulp nan"),
@@ -214,15 +227,12 @@ def test_nan_against_a_nan_reference_fails(inputs_factory):
     (lambda d, p: d.assign(status=d["status"].where(~p, "banana")), "status 'banana' is not one of"),
     (lambda d, p: d.drop(columns="budget"), "no column 'budget'"),
 ])
-def test_a_results_file_whose_passes_its_numbers_deny_is_refused_by_every_reader(capsys, tmp_path, edit, needle):
+def test_a_results_file_whose_passes_its_numbers_deny_is_refused_by_every_reader(capsys, tmp_path, good_run, edit,
+                                                                                  needle):
     """merge, report, --resume and --baseline gate on rows read back: a pass they cannot confirm
     from the row's own numbers (NaN, a fail kind, an unknown status, no budget) is the file's error."""
-    (tmp_path / "s.toml").write_text(TWO)
-    good = tmp_path / "good"
-    args = ["run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu", "--isolate", "inline",
-            "--repeats", "0", "--no-report"]
-    assert run(capsys, *args, "--out", good)[0] == 0
-    df = read_results(good / "results.csv")
+    suite, df = good_run
+    args = [*RUN, "--cases", suite]
     first_pass = (df["status"] == "pass") & (df.index == df.index[df["status"] == "pass"][0])
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -234,17 +244,14 @@ def test_a_results_file_whose_passes_its_numbers_deny_is_refused_by_every_reader
 
 
 @pytest.mark.parametrize("column", ["device", "budget_metric", "out_dtype", "rounding", "max_ulp"])
-def test_a_results_file_missing_a_column_its_reader_uses_is_one_line(capsys, tmp_path, column):
+def test_a_results_file_missing_a_column_its_reader_uses_is_one_line(capsys, tmp_path, good_run, column):
     """Each reader names the column it lacks (exit 2), not a KeyError (exit 3) — for --baseline,
     before the sweep."""
-    (tmp_path / "s.toml").write_text(TWO)
-    good = tmp_path / "good"
-    args = ["run", "--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu", "--isolate", "inline",
-            "--repeats", "0", "--no-report"]
-    assert run(capsys, *args, "--out", good)[0] == 0
+    suite, df = good_run
+    args = [*RUN, "--cases", suite]
     bad = tmp_path / "bad"
     bad.mkdir()
-    read_results(good / "results.csv").drop(columns=column).to_csv(bad / "results.csv", index=False)
+    df.drop(columns=column).to_csv(bad / "results.csv", index=False)
     readers = [["merge", bad, "--out", tmp_path / "m"], [*args, "--out", bad, "--resume"],
                ["budgets", "regen", "--from", bad, "-o", tmp_path / "b.csv"]]
     if column in ("budget_metric", "max_ulp"):
