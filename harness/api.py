@@ -10,7 +10,7 @@ UsageError naming the bad one."""
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,10 +23,9 @@ from harness.impls.base import Implementation, from_factory
 from harness.pipeline.settings import Settings
 from harness.references.accel import BACKENDS
 from harness.references.errors import UsageError
-from harness.references.metrics import get, registry
 from harness.reports.outputs import RunData, formats, write_outputs
 from harness.reports.rundir import RunDir, read_results
-from harness.reports.schema import missing_columns
+from harness.reports.schema import gated_columns, missing_columns
 from harness.reports.summary import summarize
 from harness.runner import Sweep, SweepResult, run_sweep
 from harness.schedule import shard
@@ -141,9 +140,7 @@ def load_baseline(path: str | None) -> pd.DataFrame | None:
     if not f.is_file():
         raise UsageError(f"--baseline {path}: no results.csv there")
     df = read_results(f)
-    gated_columns = {get(m).column for m in df["budget_metric"].dropna().unique() if m in registry()} \
-        if "budget_metric" in df.columns else set()
-    if missing := missing_columns(df, ["budget_metric", "budget", *sorted(gated_columns)]):
+    if missing := missing_columns(df, ["budget_metric", "budget", *gated_columns(df)]):
         raise UsageError(f"--baseline {f}: no column {missing[0]!r}: nothing to compare against")
     check_case_rows(df.drop_duplicates("case_id").to_dict("records"), f"--baseline {f}")
     return df
@@ -227,7 +224,8 @@ def run_plan(p: Plan, out=None, *, resume=False, jobs=1, timeout=DEFAULT_TIMEOUT
     rd = RunDir(out).create().check_outputs()
     try:
         with rd.lock():
-            sw = Sweep(p.cases, p.impls, p.settings, rd, resume, jobs, timeout, isolate, threads, tuple(gpus))
+            settings = replace(p.settings, timeout=None if timeout == DEFAULT_TIMEOUT else timeout)
+            sw = Sweep(p.cases, p.impls, settings, rd, resume, jobs, timeout, isolate, threads, tuple(gpus))
             res: SweepResult = run_sweep(sw, progress, log)
             frame = res.results
             if p.baseline is not None and len(frame):

@@ -23,7 +23,7 @@ from harness.references.mathclass import ACCURATE, MathClass, parse_math
 from harness.references.metrics import gated_metric, get, registry
 from harness.references.models import RoundingModel, resolve
 from harness.references.models.noise import U32, exact_path_noise
-from harness.reports.schema import missing_columns, reference_output
+from harness.reports.schema import gated_columns, missing_columns, reference_output
 
 FILE_COLUMNS = ("impl", "rounding", "math", "dtype", "output", "reference", "regime", "metric", "budget")
 # The columns before the math class had one (every line then applies at every class): still read.
@@ -146,10 +146,13 @@ def parse_budget_file(text: str, path: str) -> list[Override]:
         if not (b >= 0) or math.isinf(b):
             raise UsageError(f"{path}: line {i}: budget: {b} must be finite and >= 0")
         key = tuple(d[k] for k in ("impl", "rounding", "math", "dtype", "output", "reference", "regime"))
-        if key in first_line:            # only one of them could ever apply
-            raise UsageError(f"{path}: line {i}: the same key as line {first_line[key]} ({','.join(key)}): "
-                             f"one budget per key")
-        first_line[key] = i
+        if key in first_line:            # only the first could ever apply: a second that differs is a contradiction
+            line, metric, budget = first_line[key]
+            if (metric, budget) == (d["metric"], b):
+                continue                 # the same line again (two regenerated files put together)
+            raise UsageError(f"{path}: line {i}: the same key as line {line} ({','.join(key)}) with another "
+                             f"budget: one budget per key")
+        first_line[key] = (i, d["metric"], b)
         out.append(Override(d["impl"], d["rounding"], d["dtype"], d["output"], d["reference"],
                             d["regime"], d["metric"], b, d["math"]))
     return out
@@ -190,8 +193,7 @@ def regen(results, allow_growth: bool = False):
     for a later, legitimately reordered one). Returns (lines, grown, refused): a key whose maximum
     exceeds its budget grows, at most REGEN_GROWTH_CAP times the default unless allow_growth."""
     keys = ["impl", "rounding", "math", "out_dtype", "output", "reference_kind", "regime", "budget_metric"]
-    metrics = set(results["budget_metric"].dropna()) if "budget_metric" in results.columns else set()
-    used = [k for k in keys if k != "math"] + ["budget"] + sorted(get(m).column for m in metrics if m in registry())
+    used = [k for k in keys if k != "math"] + ["budget", *gated_columns(results)]
     if missing := missing_columns(results, used):             # "math": older files lack it, and gate any class
         raise UsageError(f"no column {missing[0]!r}: not a results.csv of this harness to take budgets from")
     ok = results[results["status"].isin(["pass", "fail"])]
@@ -218,6 +220,13 @@ def regen(results, allow_growth: bool = False):
                 grown.append((line_key, new, old))
         lines.append(dict(zip(FILE_COLUMNS, (*line_key, new))))
     return lines, grown, refused
+
+
+def refusal(key, new: float, old: float) -> str:
+    """Why regen left a key at its old budget, in one line (the command's and the pytest plugin's)."""
+    why = (f"more than {REGEN_GROWTH_CAP:g} x the budget; use --allow-growth" if math.isfinite(new) else
+           "the measured maximum is not finite (NaN or inf): no budget holds it; fix the failing rows")
+    return f"refused ({why}): {','.join(map(str, key))}: {old:.4g} -> {new:.4g}"
 
 
 def _round_up(v: float) -> float:

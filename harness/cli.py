@@ -173,11 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = (_UntilReaderLeaves(s) if hasattr(s, "fileno") else s for s in streams)
     try:
-        return _main(argv)
+        code = _main(argv)
+        try:
+            for s in (sys.stdout, sys.stderr):
+                s.flush()                    # a closed pipe here is the wrapper's; anything else is said
+        except OSError as e:                 # (a full disk: the command's output was not written)
+            print(f"harness: error: {e}", file=streams[1])
+            code = EXIT_USAGE
+        return code
     finally:
-        for s in (sys.stdout, sys.stderr):
-            if isinstance(s, _UntilReaderLeaves):
-                s.flush()
         sys.stdout, sys.stderr = streams
 
 

@@ -345,14 +345,13 @@ def _merge(parts: Path):
 
 def _write_budgets(st: _Session, frame) -> bool:
     """--harness-regen: the budget file from every row of the session; True when a key was refused."""
-    from harness.budgets import REGEN_GROWTH_CAP, budget_file_text, regen
+    from harness.budgets import budget_file_text, refusal, regen
     from harness.references.atomic import atomic_write
     lines, grown, refused = regen(frame)
     with atomic_write(st.budgets, "w") as fh:
         fh.write(budget_file_text(lines))
     st.report += [f"harness: grew {','.join(map(str, k))}: {old:.4g} -> {new:.4g}" for k, new, old in grown]
-    st.report += [f"harness: refused (more than {REGEN_GROWTH_CAP:g} x the budget): {','.join(map(str, k))}: "
-                  f"{old:.4g} -> {new:.4g}" for k, new, old in refused]
+    st.report += [f"harness: {refusal(k, new, old)}" for k, new, old in refused]
     st.report.append(f"harness: wrote {len(lines)} budgets to {st.budgets}")
     return bool(refused)
 

@@ -14,15 +14,19 @@ class Unsupported(Exception):
 
 
 
+def said(e: BaseException) -> str:
+    """str(e), stripped; an exception whose own __str__ raises (an implementation's) still says what
+    it is, and whoever reads it is not the one who fails."""
+    try:
+        return str(e).strip()
+    except Exception:                   # noqa: BLE001 — the implementation's exception class, not ours
+        return "(its message could not be read: its __str__ raised)"
+
+
 def out_of_memory(e: BaseException) -> bool:
     """The machine had no memory for the work (a case too big for it): MemoryError, torch's
     OutOfMemoryError (CUDA's included), or the CPU allocator's RuntimeError, which names no type
     of its own ("DefaultCPUAllocator: can't allocate memory")."""
     if isinstance(e, MemoryError) or any(c.__name__ == "OutOfMemoryError" for c in type(e).__mro__):
         return True
-    if not isinstance(e, RuntimeError):
-        return False
-    try:
-        return "can't allocate memory" in str(e)
-    except Exception:                   # noqa: BLE001 — a plug-in's exception whose __str__ raises: not the allocator's
-        return False
+    return isinstance(e, RuntimeError) and "can't allocate memory" in said(e)

@@ -86,3 +86,12 @@ def missing_columns(df, needed=None) -> list[str]:
     """The columns of `needed` (default: every column this harness writes) that `df` lacks, in order:
     what a reader about to use them names instead of failing on the first (a KeyError, exit 3)."""
     return [c for c in (columns() if needed is None else needed) if c not in df.columns]
+
+
+def gated_columns(df) -> list[str]:
+    """The metric columns the rows' `budget_metric` names (those of registered metrics), sorted: what
+    a check's budget is held against."""
+    if "budget_metric" not in df.columns:
+        return []
+    metrics = registry()
+    return sorted({metrics[m].column for m in df["budget_metric"].dropna().unique() if m in metrics})

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness.references.metrics import get, registry
-from harness.reports.schema import CHECKED_OUTPUTS, STATUSES, columns, missing_columns
+from harness.references.metrics import registry
+from harness.reports.schema import CHECKED_OUTPUTS, STATUSES, columns, gated_columns, missing_columns
 
 KEYS = ["impl", "activation", "out_dtype", "output", "reference", "regime"]
 SUMMARY_COLUMNS = KEYS + ["checks", "fail", "error", "skip", "metric", "worst", "budget", "margin",
@@ -110,9 +110,7 @@ def verdict_problem(d: pd.DataFrame) -> str | None:
     passed = status == "pass"
     if not passed.any():
         return None
-    metrics = set(d.loc[passed, "budget_metric"].dropna()) if "budget_metric" in d.columns else set()
-    needed = ["budget", "budget_metric"] + sorted(get(m).column for m in metrics if m in registry())
-    if missing := missing_columns(d, needed):
+    if missing := missing_columns(d, ["budget", "budget_metric", *gated_columns(d[passed])]):
         return f"no column {missing[0]!r}: its passes cannot be checked against their budgets"
     kind = d["fail_kind"].astype(object).where(d["fail_kind"].notna(), "").astype(str) \
         if "fail_kind" in d.columns else pd.Series("", index=d.index)

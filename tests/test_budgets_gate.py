@@ -51,6 +51,11 @@ def test_parse_accepts_another_registered_metric_and_rounding_aliases():
     assert ov[0].metric == "abs"
 
 
+def test_a_repeated_identical_line_is_one_budget():
+    line = "torch,chain,bf16,y,exact,normal,ulp,0.5\n"
+    assert len(parse_budget_file(HEADER + line + "*,*,*,dx,*,*,ulp,1\n" + line, "b.csv")) == 2
+
+
 @pytest.mark.parametrize("body,needles", [
     ("impl,rounding,dtype,output\n", ("line 1", "header")),
     (HEADER + "torch,chain,bf16,y,exact,normal,ulp\n", ("line 2", "expected 8 fields, got 7")),
@@ -70,7 +75,7 @@ def test_parse_accepts_another_registered_metric_and_rounding_aliases():
     (HEADER + "torch,chain,bf16,y,exact,normal,ulp,1\n*,*,*,y,*,*,ulp,x\n", ("line 3", "budget")),
     ("# only a comment\n", ("empty",)),
     (HEADER + "torch,chain,bf16,y,exact,normal,ulp,0.1\n*,*,*,y,*,*,ulp,1\ntorch,chain,bf16,y,exact,normal,scaled,100\n",
-     ("line 4", "same key as line 2", "one budget per key")),
+     ("line 4", "same key as line 2", "with another budget", "one budget per key")),
 ])
 def test_parse_errors_name_the_line(body, needles):
     with pytest.raises(UsageError) as ei:

@@ -318,7 +318,9 @@ def test_a_closed_pipe_changes_neither_the_verdict_nor_the_files(tmp_path):
     suite = tmp_path / "s.toml"
     suite.write_text('[[group]]\ndtype = ["bf16"]\nshape = [[8, 64]]\n')
     out = tmp_path / "o"
-    p = subprocess.run(f"{sys.executable} -m harness run --impl silu-in-bf16=harness.mutants:silu_in_bf16 "
+    # unbuffered, as a CI log is: the first print after the reader left raises (buffered, a run this
+    # short meets the closed pipe only at the last flush, after its files)
+    p = subprocess.run(f"PYTHONUNBUFFERED=1 {sys.executable} -m harness run --impl silu-in-bf16=harness.mutants:silu_in_bf16 "
                        f"--cases {suite} --device cpu --isolate inline --repeats 0 --out {out} "
                        f"--junit {tmp_path / 'j.xml'} | true", shell=True, stderr=subprocess.PIPE, text=True,
                        timeout=120, executable="/bin/bash")           # `| true`: the reader is gone at once
@@ -326,10 +328,10 @@ def test_a_closed_pipe_changes_neither_the_verdict_nor_the_files(tmp_path):
     for name in ("results.csv", "summary.csv", "report.html"):
         assert (out / name).is_file(), name
     assert (tmp_path / "j.xml").is_file()
-    pipefail = subprocess.run(f"set -o pipefail; {sys.executable} -m harness report {out} | true", shell=True,
+    pipefail = subprocess.run(f"set -o pipefail; PYTHONUNBUFFERED=1 {sys.executable} -m harness report {out} | true", shell=True,
                               executable="/bin/bash", capture_output=True, text=True, timeout=120)
     assert pipefail.returncode == 0, pipefail.stderr
-    run = subprocess.run(f"set -o pipefail; {sys.executable} -m harness run --impl "
+    run = subprocess.run(f"set -o pipefail; PYTHONUNBUFFERED=1 {sys.executable} -m harness run --impl "
                          f"silu-in-bf16=harness.mutants:silu_in_bf16 --cases {suite} --device cpu --isolate inline "
                          f"--repeats 0 --no-report --out {tmp_path / 'o2'} | true", shell=True, executable="/bin/bash",
                          capture_output=True, text=True, timeout=120)
@@ -340,9 +342,9 @@ def test_output_that_cannot_be_written_is_not_exit_0():
     with open("/dev/full", "w") as full:
         buffered = _harness("-m", "harness", "cases", stdout=full)                    # fails at the last flush
         unbuffered = _harness("-m", "harness", "cases", stdout=full, unbuffered=True)  # at the first print
-    assert buffered.returncode == 120, buffered.stderr
-    assert unbuffered.returncode == 2 and "No space left on device" in unbuffered.stderr
-    assert "Traceback" not in unbuffered.stderr
+    for r in (buffered, unbuffered):          # one line, exit 2, whether the first print or the last flush failed
+        assert r.returncode == 2 and "No space left on device" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert "Exception ignored" not in r.stderr
 
 
 def test_listing_a_suite_imports_no_torch():

@@ -246,7 +246,16 @@ class Unreadable(RuntimeError):
         raise ValueError("no")
 def raises(hidden_size, *, eps, zero_centered_gamma, dtype, device):
     raise Unreadable()
+import harness
+class Declines(harness.Unsupported):
+    def __str__(self):
+        raise ValueError("no")
+def declines(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    raise Declines()
 """)
     rows = pair_rows(make_case(shape=(4, 32)), registry.resolve(f"u={mod}:raises"))
     assert {r["status"] for r in rows} == {"error"}
     assert all("Unreadable: (its message could not be read" in r["reason"] for r in rows)
+    rows = pair_rows(make_case(shape=(4, 32)), registry.resolve(f"d={mod}:declines"))
+    assert {r["status"] for r in rows} == {"skip"}                     # still its skip, not our error
+    assert all("could not be read" in r["reason"] for r in rows)

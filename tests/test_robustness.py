@@ -209,6 +209,7 @@ def test_hang_times_out_names_the_case_and_goes_on(capsys, plug):
     df = read_results(out / "results.csv")
     hung = df[(df["impl"] == "h") & (df["hidden"] == 16)]
     assert (hung["status"] == "error").all() and hung["reason"].str.startswith("timed out after 5 s").all()
+    assert hung["replay"].str.endswith("--timeout 5").all()                # its replay waits as long
     assert f"harness: h {hung['case_id'].iloc[0]} [" in err and "timed out after 5 s" in err
     rest = df[~((df["impl"] == "h") & (df["hidden"] == 16))]
     assert len(rest) == 30 and (rest["status"] == "pass").all()

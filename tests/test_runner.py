@@ -64,6 +64,7 @@ def test_regate_follows_the_current_budgets_both_ways(tmp_path):
     assert t[y]["reason"].str.match(r"y(?:_infer)? ulp error \S+ > budget 0 at \[").all()
     assert (t[y]["budget_source"] == path).all() and t[y]["count_over"].isna().all()
     assert t["replay"].str.contains("--cases s.toml").all() and (t["suite"] == "s.toml").all()
+    assert not t["replay"].str.contains("--timeout").any()                # the default timeout is not said
     back = regate(t, {case.case_id: case}, impls, Settings("cpu"))
     assert (back["status"] == "pass").all() and (back["budget_source"] == "default").all()
     assert (back["reason"] == "").all()

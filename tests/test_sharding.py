@@ -106,3 +106,20 @@ def test_merge_without_cases_checks_the_recorded_suite_and_says_when_it_cannot_f
     err = capsys.readouterr().err
     assert "the suite the shards recorded" in err and "give it with --cases" in err and "Traceback" not in err
     assert main([*args, "--cases", str(here / "s.toml")]) == 0
+
+
+def test_merge_takes_the_results_of_cases_given_as_a_list(tmp_path, capsys):
+    """The Python API and the pytest plugin write no suite for cases given as objects: two such
+    result sets merge (no suite to check coverage against), beside a named suite's they do not."""
+    import harness
+    from tests.conftest import make_case
+    for name, shape in (("a", (4, 16)), ("b", (4, 32))):
+        r = harness.verify("torch", cases=[make_case(shape=shape)], device="cpu", out=tmp_path / name,
+                           isolate="inline", repeats=0)
+        assert r.ok and set(r.frame["suite"].fillna("")) == {""}
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 0
+    (tmp_path / "s.toml").write_text(SUITE)
+    assert run_shard(str(tmp_path / "s.toml"), tmp_path / "named", 1, 2) == 0
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "named"), "--out", str(tmp_path / "m2")]) == 2
+    assert "different suites ((none)," in capsys.readouterr().err

@@ -16,13 +16,16 @@ from harness.reports.rundir import PAIR_TIMING, RunDir, read_csv, read_results
 from harness.reports.schema import KEY, SCHEMA_VERSION, missing_columns
 
 
-def _one(df: pd.DataFrame, column: str, what: str, dirs) -> str:
+def _one(df: pd.DataFrame, column: str, what: str, dirs, blank_ok: bool = False) -> str:
+    """The one value of `column` in every row. Blank is a torn row's, unless `blank_ok` (a suite:
+    cases given as a list, by the Python API or the pytest plugin, have none)."""
     values = sorted(set(df[column].dropna().astype(str))) if column in df.columns else []
-    if "" in values:
+    if "" in values and not blank_ok:
         raise UsageError(f"merge: a row of the inputs has no {what}: a torn or partial results.csv (rerun its "
                          f"shard with --resume first): {' '.join(dirs)}")
     if len(values) > 1:
-        raise UsageError(f"merge: the inputs come from different {what}s ({', '.join(values)}): {' '.join(dirs)}")
+        shown = ", ".join(v or "(none)" for v in values)
+        raise UsageError(f"merge: the inputs come from different {what}s ({shown}): {' '.join(dirs)}")
     return values[0] if values else ""
 
 
@@ -83,7 +86,7 @@ def cmd_merge(args) -> int:
                          f"this harness did not write whole")
     _one(df, "harness_version", "harness version", args.dirs)
     _one(df, "device", "device", args.dirs)
-    suite = _one(df, "suite", "suite", args.dirs)
+    suite = _one(df, "suite", "suite", args.dirs, blank_ok=True)
     for d, f in zip(args.dirs, frames):
         check_case_rows(f.drop_duplicates("case_id").to_dict("records"), f"merge: {d}")
     dup = df[df.duplicated(list(KEY), keep=False)]

@@ -2,7 +2,6 @@
 `selftest`, `bisect`, `exhaustive`."""
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_budgets(args) -> int:
-    from harness.budgets import REGEN_GROWTH_CAP, budget_file_text, regen
+    from harness.budgets import budget_file_text, refusal, regen
     from harness.references.atomic import atomic_write
     from harness.reports.rundir import read_results
     if args.budgets_cmd == "show":
@@ -43,8 +42,9 @@ def cmd_budgets(args) -> int:
     f = p / "results.csv" if p.is_dir() else p
     if not f.is_file():
         raise UsageError(f"budgets regen --from {args.src}: no results.csv")
+    results = read_results(f)                   # its own errors name the file
     try:
-        lines, grown, refused = regen(read_results(f), allow_growth=args.allow_growth)
+        lines, grown, refused = regen(results, allow_growth=args.allow_growth)
     except UsageError as e:
         raise UsageError(f"budgets regen --from {f}: {e}") from None
     with atomic_write(out, "w") as fh:
@@ -52,9 +52,7 @@ def cmd_budgets(args) -> int:
     for key, new, old in grown:
         print(f"grew: {','.join(map(str, key))}: {old:.4g} -> {new:.4g}")
     for key, new, old in refused:
-        why = (f"more than {REGEN_GROWTH_CAP:g} x the budget; use --allow-growth" if math.isfinite(new) else
-               "the measured maximum is not a number: no budget holds it; fix the failing rows")
-        print(f"refused ({why}): {','.join(map(str, key))}: {old:.4g} -> {new:.4g}", file=sys.stderr)
+        print(refusal(key, new, old), file=sys.stderr)
     print(f"harness: wrote {len(lines)} budgets to {args.output}")
     return EXIT_FAIL if refused else EXIT_OK
 

@@ -35,7 +35,7 @@ from harness.pipeline import fpenv, gpushare
 from harness.pipeline.gpushare import TIMING_WAIT, alone
 from harness.pipeline.settings import Settings
 from harness.pipeline.speed import gpu_speed
-from harness.references.errors import Unsupported, out_of_memory
+from harness.references.errors import Unsupported, out_of_memory, said
 from harness.references.exact import OUTPUTS, Inputs
 from harness.references.metrics import unravel
 from harness.reports.schema import INFERENCE_OUTPUT
@@ -60,14 +60,6 @@ class CallRecord:
     speed: Speed | None = None
 
 
-def said(e: BaseException) -> str:
-    """str(e), stripped; an exception whose own __str__ raises still says what it is."""
-    try:
-        return str(e).strip()
-    except Exception:                  # noqa: BLE001 — the plug-in's exception class, not ours
-        return "(its message could not be read: its __str__ raised)"
-
-
 def short(e: BaseException) -> str:
     msg = said(e)
     return f"{type(e).__name__}: {msg.splitlines()[0] if msg else ''}"[:300]
@@ -77,7 +69,7 @@ def _failure(e: BaseException, where: str) -> CallRecord:
     if isinstance(e, KeyboardInterrupt):
         raise e
     if isinstance(e, Unsupported):
-        return CallRecord("skip", str(e) or "not supported")
+        return CallRecord("skip", said(e) or "not supported")
     if out_of_memory(e):               # a case too big for the machine: an error row, as any other
         return CallRecord("error", f"out of memory in the {where}: {short(e)}")
     return CallRecord("error", f"{where} raised {short(e)}")

@@ -54,7 +54,7 @@ def first_to_go() -> None:
 def escaped(e: BaseException) -> str:
     """Why a pair ended in an exception its side did not turn into data (a plug-in that no longer
     imports, or a bug of the harness)."""
-    from harness.pipeline.call import said
+    from harness.references.errors import said
     tb = traceback.format_exc(limit=-3).strip().replace("\n", " | ")      # where: the innermost frames
     return f"the pair raised {type(e).__name__}: {said(e)[:200]} ({tb[-600:]})"
 

@@ -30,6 +30,7 @@ class Settings:
     allow_nondeterministic: bool = False     # a later call on the same inputs may give other bits
     models: tuple = ()                       # more (model name, MathClass) references to check (harness identify)
     top: int = 1                             # elements explained per measured check (harness replay: more)
+    timeout: float | None = None             # the sweep's --timeout where not the default: its replay commands say it
 
     @property
     def timed_calls(self) -> int:
@@ -49,7 +50,8 @@ def spec_of(impl, s: Settings) -> str:
     return s.impl_specs.get(impl.name) or impl.spec or impl.source
 
 
-def replay_command(case: Case, spec: str, suite_ref: str, device: str = "", budgets: str = "") -> str:
+def replay_command(case: Case, spec: str, suite_ref: str, device: str = "", budgets: str = "",
+                   timeout: float | None = None) -> str:
     """The command that reruns one pair: by case id in a suite, or — for a case from no suite
     (hypothesis, a list given to harness.verify) — with the case itself as JSON."""
     import json
@@ -61,9 +63,11 @@ def replay_command(case: Case, spec: str, suite_ref: str, device: str = "", budg
         cmd += f" --device {device}"
     if budgets:
         cmd += f" --budgets {shlex.quote(budgets)}"
+    if timeout is not None:
+        cmd += f" --timeout {timeout:g}"
     return cmd
 
 
 def replay_of(case: Case, impl, s: Settings) -> str:
     spec = s.impl_specs.get(impl.name, impl.spec or impl.name)
-    return replay_command(case, spec, s.suite_ref, s.device, s.override_path) if spec else ""
+    return replay_command(case, spec, s.suite_ref, s.device, s.override_path, s.timeout) if spec else ""
