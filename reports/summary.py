@@ -35,7 +35,7 @@ def normalize(df: pd.DataFrame) -> pd.DataFrame:
         if c in _numeric():
             d[c] = pd.to_numeric(d[c], errors="coerce")
         elif c in text:
-            d[c] = d[c].astype(object).where(d[c].notna(), "").astype(str)
+            d[c] = text_of(d, c)
     d.loc[d["status"] == "", "status"] = "error"
     d.loc[d["activation"] == "", "activation"] = "silu"        # rows written before the activation axis
     unmeasured = d["status"].isin(["error", "skip"]).to_numpy()
@@ -52,6 +52,13 @@ def _numeric() -> set[str]:
     return num
 
 
+def text_of(d: pd.DataFrame, column: str) -> pd.Series:
+    """`column` as text, a blank cell (or a column the rows lack) ''."""
+    if column not in d.columns:
+        return pd.Series("", index=d.index)
+    return d[column].astype(object).where(d[column].notna(), "").astype(str)
+
+
 def gated(d: pd.DataFrame) -> pd.Series:
     """The checks an implementation is judged by: against the exact value and against its declared
     model at its declared math class (reference_model == rounding, reference_math == math);
@@ -59,9 +66,7 @@ def gated(d: pd.DataFrame) -> pd.Series:
     reference's kind and model (an older results.csv) all count."""
     if "reference_kind" not in d.columns or "reference_model" not in d.columns:
         return pd.Series(True, index=d.index)
-    text = {c: (d[c].astype(object).where(d[c].notna(), "").astype(str) if c in d.columns
-                else pd.Series("", index=d.index))
-            for c in ("reference_kind", "reference_model", "rounding", "reference_math", "math")}
+    text = {c: text_of(d, c) for c in ("reference_kind", "reference_model", "rounding", "reference_math", "math")}
     own_model = (text["reference_model"] == text["rounding"]) | (text["rounding"] == "")
     own_math = (text["reference_math"] == text["math"]) | (text["reference_math"] == "") | (text["math"] == "")
     return (text["reference_kind"] != "model") | (own_model & own_math)
@@ -81,7 +86,7 @@ def pair_notes(d: pd.DataFrame) -> list[str]:
                          ("notes", "{v}")):
             if col not in g.columns:
                 continue
-            vals = g[col].astype(object).where(g[col].notna(), "").astype(str)
+            vals = text_of(g, col)
             for v, n in vals[vals != ""].value_counts(sort=False).items():
                 out.append(f"{impl}: {say.format(v=v)}, in {n} of {len(g)} pairs")
     return out
@@ -112,8 +117,7 @@ def verdict_problem(d: pd.DataFrame) -> str | None:
         return None
     if missing := missing_columns(d, ["budget", "budget_metric", *gated_columns(d[passed])]):
         return f"no column {missing[0]!r}: its passes cannot be checked against their budgets"
-    kind = d["fail_kind"].astype(object).where(d["fail_kind"].notna(), "").astype(str) \
-        if "fail_kind" in d.columns else pd.Series("", index=d.index)
+    kind = text_of(d, "fail_kind")
     v, b = worst_value(d), pd.to_numeric(d["budget"], errors="coerce")
     bad = passed & ((kind != "") | ~(v <= b))
     if not bad.any():
