@@ -221,6 +221,39 @@ def test_hang_times_out_names_the_case_and_goes_on(capsys, plug):
                "--timeout", "0")[0] == 2
 
 
+
+def _tagged(tag: str) -> list[int]:
+    """The running processes whose environment holds `tag`."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and tag.encode() in Path(f"/proc/{d}/environ").read_bytes() and running(int(d)):
+                found.append(int(d))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("cmd", ["run", "replay"])
+def test_an_import_that_hangs_is_one_line_within_the_timeout_and_leaves_no_worker(plug, cmd):
+    """The command imports a plug-in's module itself, to read its declarations, where no pair's
+    timeout covers it: a module whose import never returns ends the command after --timeout with one
+    line and exit 2, its started workers with it, nothing written."""
+    (plug / "hangs_on_import.py").write_text("import time\ntime.sleep(1000)\n")
+    tag = f"HARNESS_TEST_TAG={os.getpid()}-{cmd}-{time.time()}"
+    args = (["run", "--cases", "two.toml", "--out", "o"] if cmd == "run" else
+            ["replay", "0" * 12, "--cases", "two.toml"])
+    t0 = time.time()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plug), str(REPO)]), HARNESS_TEST_TAG=tag.split("=")[1])
+    p = subprocess.run([sys.executable, "-m", "harness", *args, "--impl", "h=hangs_on_import:make", "--device", "cpu",
+                        "--timeout", "3"], cwd=plug, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and time.time() - t0 < 60, p.stderr
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("harness: ")]
+    assert said == ["harness: --impl h=hangs_on_import:make: loading it did not finish within 3 s (--timeout): "
+                    "does its module's import hang?"], p.stderr
+    assert not (plug / "o").exists()
+    _wait_for(lambda: not _tagged(tag), 15, "the command's workers to end with it")
+
 # ---------------------------------------------------------------------- 4: --resume re-gates
 
 HEADER = "impl,rounding,dtype,output,reference,regime,metric,budget\n"

@@ -1,14 +1,50 @@
-"""What several subcommands share: parsing --shard, --gpus and the repeatability flags, checking an
-output file's path before the work, and finishing a sweep (summary, verdict, files, exit code)."""
+"""What several subcommands share: loading the --impl values under a deadline, parsing --shard,
+--gpus and the repeatability flags, checking an output file's path before the work, and finishing a
+sweep (summary, verdict, files, exit code)."""
 from __future__ import annotations
 
+import os
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
-from harness.api import Results
+from harness.api import Results, as_implementation, check_run_options
+from harness.commands import EXIT_USAGE, err
 from harness.commands.phases import share_line
 from harness.environment import environment
 from harness.references.errors import UsageError
 from harness.reports.summary import summary_table
+
+
+@contextmanager
+def deadline(seconds: float, what: str, hint: str = ""):
+    """The block, or — if it has not ended after `seconds` — one line saying that `what` did not
+    finish, and the process's end with exit 2: for a step no pair's timeout covers, which the
+    command cannot interrupt (an import that hangs holds the main thread). Its workers die with it
+    (their parent-death signal); nothing has been written yet where this is used."""
+    ended = threading.Event()
+
+    def expire():
+        if not ended.wait(seconds):
+            err(f"harness: {what} did not finish within {seconds:g} s (--timeout){hint}")
+            os._exit(EXIT_USAGE)
+    threading.Thread(target=expire, name="deadline", daemon=True).start()
+    try:
+        yield
+    finally:
+        ended.set()
+
+
+def load_impls(specs: list[str], timeout: float) -> list:
+    """The --impl values as Implementations, each loaded within `timeout` seconds: a plug-in's or an
+    entry point's module is imported here, in the command's own process, to read its declarations
+    (a pair's --timeout covers only what runs in a worker)."""
+    check_run_options(timeout=timeout)
+    out = []
+    for spec in specs:
+        with deadline(timeout, f"--impl {spec}: loading it", ": does its module's import hang?"):
+            out.append(as_implementation(spec))
+    return out
 
 
 def parse_shard(s: str | None) -> tuple[int, int] | None:

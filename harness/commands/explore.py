@@ -11,8 +11,7 @@ DEFAULT_EXAMPLES = 50             # --max-examples when not given
 
 
 def cmd_explore(args) -> int:
-    from harness.commands.common import finish
-    from harness.commands.common import nondeterminism
+    from harness.commands.common import finish, load_impls, nondeterminism
     from harness.explore import explore, format_exploration
     from harness.reports.rundir import RunDir
     ignored = [f for f, v in (("--resume", args.resume), ("--shard", args.shard), ("--jobs", args.jobs > 1),
@@ -24,7 +23,7 @@ def cmd_explore(args) -> int:
         args.max_examples = DEFAULT_EXAMPLES
     if args.max_examples < 1:
         raise UsageError(f"--max-examples {args.max_examples}: need at least 1")
-    p = plan(args.impl, "quick", args.device, args.budgets, None, args.golden, args.reference_backend,
+    p = plan(load_impls(args.impl, args.timeout), "quick", args.device, args.budgets, None, args.golden, args.reference_backend,
              repeats=args.repeats, allow_nondeterministic=nondeterminism(args))
     rd = RunDir(args.out).create()
     with rd.lock():

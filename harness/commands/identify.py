@@ -12,6 +12,7 @@ import pandas as pd
 
 from harness.api import plan, run_plan
 from harness.commands import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Progress, err
+from harness.commands.common import load_impls
 from harness.references.errors import UsageError
 from harness.references.mathclass import CLASSES
 from harness.references.models import builtin_models
@@ -45,7 +46,7 @@ def cmd_identify(args) -> int:
     names = tuple(builtin_models())
     # which model fits is a question about the first call's values: whether a later call repeats
     # them is the gate's (harness run), not this command's
-    p = plan(args.impl, args.cases, args.device, args.budgets, None, args.golden, args.reference_backend,
+    p = plan(load_impls(args.impl, args.timeout), args.cases, args.device, args.budgets, None, args.golden, args.reference_backend,
              repeats=0, allow_nondeterministic=True)
     if len(p.impls) != 1:
         raise UsageError("identify: one --impl at a time")

@@ -13,7 +13,7 @@ from harness.commands.phases import line as phase_line
 from harness.commands.phases import rows as phase_rows
 from harness.commands.phases import share_line
 from harness.pipeline.drive import isolated
-from harness.commands.common import (check_output_file, finish, nondeterminism, parse_gpus, parse_shard,
+from harness.commands.common import (check_output_file, finish, load_impls, nondeterminism, parse_gpus, parse_shard,
                                      timing_line)
 from harness.environment import environment
 from harness.references.errors import UsageError
@@ -33,7 +33,7 @@ def cmd_run(args) -> int:
     check_output_file("--junit", args.junit)
     check_run_options(args.jobs, args.timeout, args.threads)
     gpus = parse_gpus(args.gpus)
-    p = plan(args.impl, args.cases, args.device, args.budgets, args.baseline, args.golden, args.reference_backend,
+    p = plan(load_impls(args.impl, args.timeout), args.cases, args.device, args.budgets, args.baseline, args.golden, args.reference_backend,
              parse_shard(args.shard), args.shard_by or "case", args.repeats, nondeterminism(args))
     rd = RunDir(args.out).create().check_outputs()
     preload_outputs(skip=("report",) if args.no_report else ())

@@ -16,7 +16,9 @@ def cmd_replay(args) -> int:
         if Path(args.out).is_file():
             raise UsageError(f"--out {args.out}: is a file, expected a directory")
         check_output_file("--out", str(Path(args.out) / "results.csv"))
-    r = replay(args.case_id, args.impl, args.cases, args.device, args.top, args.budgets, args.case, args.isolate,
+    from harness.commands.common import load_impls
+    impl = load_impls([args.impl], args.timeout)[0]
+    r = replay(args.case_id, impl, args.cases, args.device, args.top, args.budgets, args.case, args.isolate,
                args.timeout)
     print(format_replay(r))
     if args.out:
