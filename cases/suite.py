@@ -79,19 +79,21 @@ def resolve_suite_path(name_or_path: str) -> Path:
 SPECIAL = {"gate_dtype": "same", "weight_dtype": "same", "gamma_dist": "auto", "group_size": "hidden"}
 
 
-def _check_axis(where: str, key: str, values) -> list:
-    """An axis's values, each checked as the case parameter it becomes (cases.case.param_problem)."""
+def _check_axis(where: str, key: str, values, written: str = "") -> list:
+    """An axis's values, each checked as the case parameter it becomes (cases.case.param_problem);
+    `written`: the key as the file wrote it, where not `key` (a [[case]]'s `seed`)."""
     if not isinstance(values, list):
         values = [values]
+    named = f"{where}.{written or key}"
     if not values:
-        raise UsageError(f"{where}.{key}: empty axis")
+        raise UsageError(f"{named}: empty axis")
     for v in values:
         if SPECIAL.get(key) == v:
             continue
         why = param_problem("seed" if key == "seeds" else key, v)
         if why:
             special = f" (or \"{SPECIAL[key]}\")" if key in SPECIAL else ""
-            raise UsageError(f"{where}.{key}: {v!r} {why}{special}")
+            raise UsageError(f"{named}: {v!r} {why}{special}")
     return values
 
 
@@ -101,15 +103,19 @@ def _expand(where: str, table: dict, single: bool) -> list[Case]:
     unknown = set(table) - set(AXES) - ({"seed"} if single else set())
     if unknown:
         raise UsageError(f"{where}.{sorted(unknown)[0]}: unknown key; known keys: {', '.join(AXES)}")
+    written = {}
     if single and "seed" in table:
+        if "seeds" in table:
+            raise UsageError(f"{where}: both seed and seeds; give one")
         table = {**table, "seeds": [table["seed"]]}
         table.pop("seed")
+        written["seeds"] = "seed"
     for k in REQUIRED:
         if k not in table:
             raise UsageError(f"{where}.{k}: missing (required)")
     if single and "shape" in table:
         table = {**table, "shape": [table["shape"]]}
-    axes = {k: _check_axis(where, k, table.get(k, DEFAULTS.get(k))) for k in AXES}
+    axes = {k: _check_axis(where, k, table.get(k, DEFAULTS.get(k)), written.get(k, "")) for k in AXES}
     cases = []
     for combo in itertools.product(*(axes[k] for k in AXES)):
         c = dict(zip(AXES, combo))

@@ -76,6 +76,11 @@ class Results:
                 and self.frame["baseline_value"].isna().all():
             lines.append("harness: note: --baseline: no check of this run has a value there to compare with "
                          "(other implementations, cases or metrics): nothing was compared")
+        if self.baseline is not None and len(self.frame) and "device" in self.baseline.columns:
+            theirs, ours = (sorted({str(v) for v in f["device"].dropna()} - {""}) for f in (self.baseline, self.frame))
+            if theirs and ours and theirs != ours:
+                lines.append(f"harness: note: --baseline: its checks ran on {', '.join(theirs)}, this run's on "
+                             f"{', '.join(ours)}: compared all the same (another device's kernels round otherwise)")
         if self.unfinished:
             lines.append(f"harness: error: {len(self.unfinished)} of {self.planned} planned pairs did not finish")
         return lines

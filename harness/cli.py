@@ -156,6 +156,8 @@ class _UntilReaderLeaves:
                 return self._stream.write(text)
             except BrokenPipeError:
                 self._leave()
+            except OSError as e:
+                raise self._named(e) from e
         return len(text)
 
     def flush(self) -> None:
@@ -164,6 +166,14 @@ class _UntilReaderLeaves:
                 self._stream.flush()
             except BrokenPipeError:
                 self._leave()
+            except OSError as e:
+                raise self._named(e) from e
+
+    def _named(self, e: OSError) -> OSError:
+        """The error naming the stream (a write's error names no file)."""
+        if e.filename is not None or e.errno is None:
+            return e
+        return OSError(e.errno, e.strerror, getattr(self._stream, "name", "the output"))
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

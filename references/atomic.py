@@ -20,11 +20,14 @@ def atomic_write(path: Path | str, mode: str = "wb"):
             os.fchmod(f.fileno(), 0o666 & ~_umask())
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+            # a write's error names no file (a full disk): say which one was being written
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
 
 

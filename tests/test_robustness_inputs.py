@@ -141,6 +141,26 @@ def test_written_files_have_normal_permissions(capsys, tmp_path):
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
+
+def test_a_file_that_cannot_be_written_is_named_and_the_old_one_kept(tmp_path, monkeypatch):
+    """A write's error names no file (a full disk: ENOSPC at the write or the fsync): the error
+    raised names the file being written; the file already there is left whole, no temporary beside it."""
+    import errno
+
+    from harness.references.atomic import atomic_write
+    target = tmp_path / "report.html"
+    target.write_text("old")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as ei:
+        with atomic_write(target, "w") as f:
+            f.write("new")
+    assert ei.value.errno == errno.ENOSPC and ei.value.filename == str(target), ei.value
+    assert str(target) in str(ei.value)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["report.html"]
+
 # ---------------------------------------------------------------------- 8: names pandas reads as missing
 
 @pytest.mark.parametrize("name", ["NA", "None", "nan", "null", "NaN", "NULL", "n/a"])
@@ -273,4 +293,10 @@ def test_a_baseline_with_nothing_to_compare_says_so(capsys, tmp_path):
     code, o, e = run(capsys, *args, "--impl", "torch", "--out", tmp_path / "o", "--baseline", tmp_path / "base")
     assert code == 0 and "--baseline: no check of this run has a value there to compare with" in o + e
     code, o, e = run(capsys, *args, "--impl", "torch-fused", "--out", tmp_path / "o2", "--baseline", tmp_path / "base")
-    assert code == 0 and "nothing was compared" not in o + e
+    assert code == 0 and "nothing was compared" not in o + e and "ran on" not in o + e
+    other = tmp_path / "other" / "results.csv"                      # the same checks, from another device
+    other.parent.mkdir()
+    other.write_text((tmp_path / "base" / "results.csv").read_text().replace(",cpu,", ",cuda,"))
+    code, o, e = run(capsys, *args, "--impl", "torch-fused", "--out", tmp_path / "o3", "--baseline", other)
+    assert code == 0 and "--baseline: its checks ran on cuda, this run's on cpu: compared all the same" in o + e
+    assert read_results(tmp_path / "o3" / "results.csv")["baseline_value"].notna().any()

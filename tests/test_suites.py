@@ -86,6 +86,8 @@ def test_name_defaults_to_file_stem():
     ('[[group]]\ndtype = ["bf16"]\nshape = [[4, 8.0]]\n', ("group[0].shape",)),
     ('[[group]]\ndtype = ["bf16"]\nshape = [[4, 8]]\nzero_centered_gamma = [1]\n', ("group[0].zero_centered_gamma",)),
     ('[[group]]\ndtype = ["bf16"]\nshape = [[4, 8]]\nseeds = [-1]\n', ("group[0].seeds",)),
+    ('[[case]]\ndtype = "bf16"\nshape = [4, 8]\nseed = -1\n', ("case[0].seed:", "-1")),    # the key it wrote
+    ('[[case]]\ndtype = "bf16"\nshape = [4, 8]\nseed = 1\nseeds = [2]\n', ("case[0]", "both seed and seeds")),
     ('[[group]]\nshape = [[4, 8]]\n', ("group[0].dtype", "missing")),
     ('[[group]]\ndtype = ["bf16"]\n', ("group[0].shape", "missing")),
     ('name = "empty"\n', ("no cases",)),
