@@ -234,25 +234,27 @@ def _tagged(tag: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("cmd", ["run", "replay"])
-def test_an_import_that_hangs_is_one_line_within_the_timeout_and_leaves_no_worker(plug, cmd):
+def test_an_import_that_hangs_is_one_line_within_the_timeout_and_leaves_no_worker(plug):
     """The command imports a plug-in's module itself, to read its declarations, where no pair's
-    timeout covers it: a module whose import never returns ends the command after --timeout with one
-    line and exit 2, its started workers with it, nothing written."""
+    timeout covers it: a module whose import never returns ends `run` (which started its workers
+    first) and `replay` after --timeout with one line and exit 2, the workers with them, nothing
+    written. Both at once."""
     (plug / "hangs_on_import.py").write_text("import time\ntime.sleep(1000)\n")
-    tag = f"HARNESS_TEST_TAG={os.getpid()}-{cmd}-{time.time()}"
-    args = (["run", "--cases", "two.toml", "--out", "o"] if cmd == "run" else
-            ["replay", "0" * 12, "--cases", "two.toml"])
+    tag = f"{os.getpid()}-{time.time()}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plug), str(REPO)]), HARNESS_TEST_TAG=tag)
+    common = ["--impl", "h=hangs_on_import:make", "--device", "cpu", "--timeout", "1"]
     t0 = time.time()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plug), str(REPO)]), HARNESS_TEST_TAG=tag.split("=")[1])
-    p = subprocess.run([sys.executable, "-m", "harness", *args, "--impl", "h=hangs_on_import:make", "--device", "cpu",
-                        "--timeout", "3"], cwd=plug, env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and time.time() - t0 < 60, p.stderr
-    said = [ln for ln in p.stderr.splitlines() if ln.startswith("harness: ")]
-    assert said == ["harness: --impl h=hangs_on_import:make: loading it did not finish within 3 s (--timeout): "
-                    "does its module's import hang?"], p.stderr
-    assert not (plug / "o").exists()
-    _wait_for(lambda: not _tagged(tag), 15, "the command's workers to end with it")
+    procs = [subprocess.Popen([sys.executable, "-m", "harness", *args, *common], cwd=plug, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for args in (["run", "--cases", "two.toml", "--out", "o"], ["replay", "0" * 12, "--cases", "two.toml"])]
+    for p in procs:
+        _, stderr = p.communicate(timeout=120)
+        assert p.returncode == 2, stderr
+        said = [ln for ln in stderr.splitlines() if ln.startswith("harness: ")]
+        assert said == ["harness: --impl h=hangs_on_import:make: loading it did not finish within 1 s (--timeout): "
+                        "does its module's import hang?"], stderr
+    assert time.time() - t0 < 60 and not (plug / "o").exists()
+    _wait_for(lambda: not _tagged(f"HARNESS_TEST_TAG={tag}"), 15, "the commands' workers to end with them")
 
 # ---------------------------------------------------------------------- 4: --resume re-gates
 
