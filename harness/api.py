@@ -97,19 +97,9 @@ class Results:
 
     def write_report(self, directory, data: RunData | None = None) -> Path:
         """report.html alone, in `directory`."""
-        return self.start_report(directory, data)()
-
-    def start_report(self, directory, data: RunData | None = None) -> Callable[[], Path]:
-        """report.html begun now (its figures drawing: OutputFormat.start), so that other files
-        can be written meanwhile; the function returned finishes it in `directory` and must be called."""
-        fmt, data = formats()["report"], data or self.run_data()
-        path = Path(directory) / fmt.filename
-        finish = fmt.start(data) if fmt.start else (lambda p: fmt.write(data, p))
-
-        def done() -> Path:
-            finish(path)
-            return path
-        return done
+        path = Path(directory) / formats()["report"].filename
+        formats()["report"].write(data or self.run_data(), path)
+        return path
 
     def run_data(self) -> RunData:
         return RunData(self.frame, summarize(self.frame), self.exit_code, self.title, self.env, self.baseline,

@@ -9,7 +9,6 @@ against the other built-in models and classes feed the "which model" section onl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
 import jinja2
 import numpy as np
@@ -326,45 +325,34 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
                     label=d["label"].where(d["label"] != "", d["case_id"]))
 
 
-def start_report(data) -> Callable[[Path], Path]:
-    """Begin report.html from a reports.outputs.RunData: its figures start drawing now (in children,
-    where there are idle cores: plots.in_children), so that the caller writes its other files
-    meanwhile; the function returned renders the page and writes it to its path, atomically. It
-    must be called: it also collects the children."""
-    d = prepare(data.results)
-    g = d[d["_gated"]]
-    drawn = plots.in_children({"histograms": lambda: plots.histograms(g), "heatmap": lambda: plots.heatmap(g),
-                               "gate": lambda: plots.gate(g), "speed_plot": lambda: speed_plot(g)})
-
-    def finish(path: Path) -> Path:
-        summary = data.summary
-        own = d[(d["reference_kind"] == "model") & d["_gated"]]
-        declared = own.groupby("impl")["reference"].first().to_dict()
-        jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                                  undefined=jinja2.StrictUndefined)
-        try:
-            sections = dict(models=models(d), worst=worst(g), speed=speed(g), determinism=determinism(d))
-        except BaseException:
-            drawn()                                       # no child left behind
-            raise
-        html = jenv.get_template("report.html").render(
-            title=data.title or "Gated RMSNorm precision report",
-            verdict={**verdict(d, data.exit_code), "headline": list(data.headline)},
-            models=sections["models"],
-            accuracy=accuracy(summary, declared),
-            summary=_table(summary.assign(**{c: _num(summary[c]) for c in ["worst", "budget", "margin", "max_ulp",
-                                                                             "max_scaled_err"]}),
-                           {c: c for c in summary.columns}),
-            **drawn(), worst=sections["worst"], speed=sections["speed"], determinism=sections["determinism"],
-            baseline=None if data.baseline is None else baseline_diff(d, data.baseline),
-            env={str(k): str(v) for k, v in (data.env or {}).items()},
-        )
-        with atomic_write(path, "w") as f:                # a reader never sees half a report
-            f.write(html)
-        return Path(path)
-    return finish
-
-
 def render_report(data, path: Path) -> Path:
     """report.html from a reports.outputs.RunData, written atomically."""
-    return start_report(data)(path)
+    d = prepare(data.results)
+    g = d[d["_gated"]]
+    summary = data.summary
+    own = d[(d["reference_kind"] == "model") & d["_gated"]]
+    declared = own.groupby("impl")["reference"].first().to_dict()
+    jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                              undefined=jinja2.StrictUndefined)
+    drawn = plots.in_children({"histograms": lambda: plots.histograms(g), "heatmap": lambda: plots.heatmap(g),
+                               "gate": lambda: plots.gate(g), "speed_plot": lambda: speed_plot(g)})
+    try:
+        sections = dict(models=models(d), worst=worst(g), speed=speed(g), determinism=determinism(d))
+    except BaseException:
+        drawn()                                       # no child left behind
+        raise
+    html = jenv.get_template("report.html").render(
+        title=data.title or "Gated RMSNorm precision report",
+        verdict={**verdict(d, data.exit_code), "headline": list(data.headline)},
+        models=sections["models"],
+        accuracy=accuracy(summary, declared),
+        summary=_table(summary.assign(**{c: _num(summary[c]) for c in ["worst", "budget", "margin", "max_ulp",
+                                                                         "max_scaled_err"]}),
+                       {c: c for c in summary.columns}),
+        **drawn(), worst=sections["worst"], speed=sections["speed"], determinism=sections["determinism"],
+        baseline=None if data.baseline is None else baseline_diff(d, data.baseline),
+        env={str(k): str(v) for k, v in (data.env or {}).items()},
+    )
+    with atomic_write(path, "w") as f:                # a reader never sees half a report
+        f.write(html)
+    return Path(path)

@@ -118,19 +118,17 @@ def finish(results: Results, out: Path, device: str, impls, title: str, junit: s
                                  f"{t.get('worker_start', 0.0):.1f} s, sweep "
                                  f"{t.get('wall', 0.0) - t.get('worker_start', 0.0):.1f} s (the files after it: "
                                  f"timing.csv)")
-    data = results.run_data()                  # the summary once, for the files and the report
-    # the report's figures draw while the summary is printed and the other files are written
-    report = None if no_report else results.start_report(out, data)
     print(summary_table(results.frame))
     for line in results.verdict_lines():
         print(line)
+    data = results.run_data()                  # the summary once, for the files and the report
     written = results.write(out, report=False, data=data, results_written=results_written)
     if junit:
         written.append(results.write_junit(junit, data))
     if clock is not None:
         clock.mark("written")
-    if report is not None:
-        written.insert(1, report())
+    if not no_report:
+        written.insert(1, results.write_report(out, data))
         if clock is not None:
             clock.mark("reported")
     print("harness: wrote " + ", ".join(str(p) for p in written))

@@ -36,9 +36,6 @@ class OutputFormat:
     default: bool = True
     # loads what `write` needs (imports, fonts) ahead of time; safe in a background thread
     prepare: Callable[[], None] | None = None
-    # begins `write`'s work now (the report's figures drawing in children) and returns what
-    # finishes it into a path: the caller writes its other files meanwhile
-    start: Callable[[RunData], Callable[[Path], object]] | None = None
 
 
 _REGISTRY: dict[str, OutputFormat] = {}

@@ -2,13 +2,9 @@
 from harness.reports.outputs import OutputFormat, register
 
 
-def start(data):
-    from harness.reports.html import start_report
-    return start_report(data)
-
-
 def write(data, path) -> None:
-    start(data)(path)
+    from harness.reports.html import render_report
+    render_report(data, path)
 
 
 def prepare() -> None:
@@ -19,4 +15,4 @@ def prepare() -> None:
     font_manager.findfont("DejaVu Sans")
 
 
-REPORT_HTML = register(OutputFormat("report", "report.html", write, prepare=prepare, start=start))
+REPORT_HTML = register(OutputFormat("report", "report.html", write, prepare=prepare))
