@@ -10,6 +10,7 @@ UsageError naming the bad one."""
 from __future__ import annotations
 
 import tempfile
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -18,7 +19,7 @@ import pandas as pd
 
 from harness.cases.case import Case, distinct
 from harness.cases.params import check_case_rows
-from harness.gate import apply_baseline, failure_line, verdict
+from harness.gate import KEY, apply_baseline, failure_line, verdict
 from harness.impls.base import Implementation, from_factory
 from harness.pipeline.settings import Settings
 from harness.references.accel import BACKENDS
@@ -72,15 +73,17 @@ class Results:
 
     def verdict_lines(self) -> list[str]:
         lines = verdict(self.frame)[1]
-        if self.baseline is not None and len(self.frame) and "baseline_value" in self.frame.columns \
-                and self.frame["baseline_value"].isna().all():
-            lines.append("harness: note: --baseline: no check of this run has a value there to compare with "
-                         "(other implementations, cases or metrics): nothing was compared")
-        if self.baseline is not None and len(self.frame) and "device" in self.baseline.columns:
-            theirs, ours = (sorted({str(v) for v in f["device"].dropna()} - {""}) for f in (self.baseline, self.frame))
-            if theirs and ours and theirs != ours:
-                lines.append(f"harness: note: --baseline: its checks ran on {', '.join(theirs)}, this run's on "
-                             f"{', '.join(ours)}: compared all the same (another device's kernels round otherwise)")
+        if self.baseline is not None and len(self.frame) and "baseline_value" in self.frame.columns:
+            compared = self.frame[self.frame["baseline_value"].notna()]
+            if compared.empty:
+                lines.append("harness: note: --baseline: no check of this run has a value there to compare with "
+                             "(other implementations, cases or metrics): nothing was compared")
+            elif "device" in compared.columns and "device" in self.baseline.columns:
+                theirs = self.baseline.merge(compared[KEY], on=KEY)["device"]
+                theirs, ours = (sorted({str(v) for v in d.dropna()} - {""}) for d in (theirs, compared["device"]))
+                if theirs and ours and theirs != ours:
+                    lines.append(f"harness: note: --baseline: its checks ran on {', '.join(theirs)}, this run's on "
+                                 f"{', '.join(ours)}: compared all the same (another device's kernels round otherwise)")
         if self.unfinished:
             lines.append(f"harness: error: {len(self.unfinished)} of {self.planned} planned pairs did not finish")
         return lines
@@ -213,8 +216,9 @@ def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golde
 def check_run_options(jobs=1, timeout=DEFAULT_TIMEOUT, threads=None) -> None:
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: need at least 1")
-    if not (timeout > 0 and timeout != float("inf")):
-        raise UsageError(f"--timeout {timeout}: need a positive, finite number of seconds")
+    if not (0 < timeout <= threading.TIMEOUT_MAX):    # what a wait can be given
+        raise UsageError(f"--timeout {timeout}: need a positive, finite number of seconds "
+                         f"(at most {threading.TIMEOUT_MAX:.3g})")
     if threads is not None and threads < 1:
         raise UsageError(f"--threads {threads}: need at least 1")
 

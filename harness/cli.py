@@ -157,7 +157,7 @@ class _UntilReaderLeaves:
             except BrokenPipeError:
                 self._leave()
             except OSError as e:
-                raise self._named(e) from e
+                self._raise_named(e)
         return len(text)
 
     def flush(self) -> None:
@@ -167,13 +167,13 @@ class _UntilReaderLeaves:
             except BrokenPipeError:
                 self._leave()
             except OSError as e:
-                raise self._named(e) from e
+                self._raise_named(e)
 
-    def _named(self, e: OSError) -> OSError:
-        """The error naming the stream (a write's error names no file)."""
+    def _raise_named(self, e: OSError):
+        """`e` again, naming the stream where it names no file (a write's error: a full disk)."""
         if e.filename is not None or e.errno is None:
-            return e
-        return OSError(e.errno, e.strerror, getattr(self._stream, "name", "the output"))
+            raise e
+        raise OSError(e.errno, e.strerror, getattr(self._stream, "name", "the output")) from e
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

@@ -103,16 +103,25 @@ def format_replay(r: Replay) -> str:
     return "\n".join(lines)
 
 
-def replay(case_id: str, impl_spec: str, cases: str, device: str = "auto", top: int = 5,
-           budgets: str | None = None, case_json: str | None = None, isolate: str = "auto",
-           timeout: float = DEFAULT_TIMEOUT) -> Replay:
-    """Check the arguments (UsageError naming the bad one), find the case and rerun it."""
-    from harness.api import as_implementation, check_run_options, resolve_device
-    from harness.budgets import load_budget_file
+def check_arguments(device: str, top: int | None, timeout: float) -> str:
+    """replay's options checked before its implementation loads (UsageError naming the bad one);
+    the device resolved."""
+    from harness.api import check_run_options, resolve_device
     check_run_options(timeout=timeout)
     device = resolve_device(device)
     if top is None or top < 0:
         raise UsageError(f"--top {top}: must be >= 0")
+    return device
+
+
+def replay(case_id: str, impl_spec, cases: str, device: str = "auto", top: int = 5,
+           budgets: str | None = None, case_json: str | None = None, isolate: str = "auto",
+           timeout: float = DEFAULT_TIMEOUT) -> Replay:
+    """Check the arguments (UsageError naming the bad one), find the case and rerun it. `impl_spec`:
+    what --impl says, or the Implementation it names (the command line loads it itself)."""
+    from harness.api import as_implementation
+    from harness.budgets import load_budget_file
+    device = check_arguments(device, top, timeout)
     impl = as_implementation(impl_spec)
     reason = impl.skip_reason(device)
     if reason:

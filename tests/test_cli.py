@@ -97,6 +97,9 @@ def test_run_precision_bug_exits_1(capsys, tmp_path, monkeypatch):
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--jobs", "0", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--timeout", "0", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--timeout", "inf", "--out", t],
+    lambda s, t: ["run", "--impl", "torch", "--cases", s, "--timeout", "1e12", "--out", t],     # past what a wait takes
+    lambda s, t: ["run", "--impl", "torch", "--cases", "hypothesis", "--timeout", "nan", "--out", t],
+    lambda s, t: ["identify", "--impl", "torch", "--cases", s, "--timeout", "0", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--threads", "0", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--gpus", "a", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--repeats", "-1", "--out", t],

@@ -221,7 +221,6 @@ def test_hang_times_out_names_the_case_and_goes_on(capsys, plug):
                "--timeout", "0")[0] == 2
 
 
-
 def _tagged(tag: str) -> list[int]:
     """The running processes whose environment holds `tag`."""
     found = []
@@ -237,24 +236,36 @@ def _tagged(tag: str) -> list[int]:
 def test_an_import_that_hangs_is_one_line_within_the_timeout_and_leaves_no_worker(plug):
     """The command imports a plug-in's module itself, to read its declarations, where no pair's
     timeout covers it: a module whose import never returns ends `run` (which started its workers
-    first) and `replay` after --timeout with one line and exit 2, the workers with them, nothing
-    written. Both at once."""
-    (plug / "hangs_on_import.py").write_text("import time\ntime.sleep(1000)\n")
-    tag = f"{os.getpid()}-{time.time()}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plug), str(REPO)]), HARNESS_TEST_TAG=tag)
+    first) and `replay` after --timeout with one line and exit 2, nothing written, and every process
+    below them — their workers, and the child the module started before it hung — with them."""
+    (plug / "hangs_on_import.py").write_text(
+        "import os, subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '777'])\n"
+        "open(os.environ['CHILD_PIDS'], 'a').write(f'{child.pid}\\n')\n"
+        "time.sleep(1000)\n")
+    tag, pids = f"{os.getpid()}-{time.time()}", plug / "children.txt"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plug), str(REPO)]), HARNESS_TEST_TAG=tag,
+               CHILD_PIDS=str(pids))
     common = ["--impl", "h=hangs_on_import:make", "--device", "cpu", "--timeout", "1"]
     t0 = time.time()
     procs = [subprocess.Popen([sys.executable, "-m", "harness", *args, *common], cwd=plug, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for args in (["run", "--cases", "two.toml", "--out", "o"], ["replay", "0" * 12, "--cases", "two.toml"])]
-    for p in procs:
-        _, stderr = p.communicate(timeout=120)
-        assert p.returncode == 2, stderr
-        said = [ln for ln in stderr.splitlines() if ln.startswith("harness: ")]
-        assert said == ["harness: --impl h=hangs_on_import:make: loading it did not finish within 1 s (--timeout): "
-                        "does its module's import hang?"], stderr
+    try:
+        for p in procs:
+            _, stderr = p.communicate(timeout=120)
+            assert p.returncode == 2, stderr
+            said = [ln for ln in stderr.splitlines() if ln.startswith("harness: ")]
+            assert said == ["harness: --impl h=hangs_on_import:make: loading it did not finish within 1 s "
+                            "(--timeout): does its module's import hang?"], stderr
+    finally:
+        for p in procs:
+            p.kill()
     assert time.time() - t0 < 60 and not (plug / "o").exists()
-    _wait_for(lambda: not _tagged(f"HARNESS_TEST_TAG={tag}"), 15, "the commands' workers to end with them")
+    started = [int(x) for x in pids.read_text().split()]
+    assert len(started) == 2                              # one child of each command's import
+    _wait_for(lambda: not _tagged(f"HARNESS_TEST_TAG={tag}") and not any(running(c) for c in started), 15,
+              "the commands' workers and the module's children to end with them")
 
 # ---------------------------------------------------------------------- 4: --resume re-gates
 

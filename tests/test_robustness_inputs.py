@@ -141,7 +141,6 @@ def test_written_files_have_normal_permissions(capsys, tmp_path):
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
-
 def test_a_file_that_cannot_be_written_is_named_and_the_old_one_kept(tmp_path, monkeypatch):
     """A write's error names no file (a full disk: ENOSPC at the write or the fsync): the error
     raised names the file being written; the file already there is left whole, no temporary beside it."""
@@ -300,3 +299,6 @@ def test_a_baseline_with_nothing_to_compare_says_so(capsys, tmp_path):
     code, o, e = run(capsys, *args, "--impl", "torch-fused", "--out", tmp_path / "o3", "--baseline", other)
     assert code == 0 and "--baseline: its checks ran on cuda, this run's on cpu: compared all the same" in o + e
     assert read_results(tmp_path / "o3" / "results.csv")["baseline_value"].notna().any()
+    # only other implementations' checks from there: nothing compared, so no word of its device
+    code, o, e = run(capsys, *args, "--impl", "torch", "--out", tmp_path / "o4", "--baseline", other)
+    assert code == 0 and "nothing was compared" in o + e and "ran on" not in o + e

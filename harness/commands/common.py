@@ -14,19 +14,22 @@ from harness.commands.phases import share_line
 from harness.environment import environment
 from harness.references.errors import UsageError
 from harness.reports.summary import summary_table
+from harness.worker import kill_tree
 
 
 @contextmanager
 def deadline(seconds: float, what: str, hint: str = ""):
     """The block, or — if it has not ended after `seconds` — one line saying that `what` did not
     finish, and the process's end with exit 2: for a step no pair's timeout covers, which the
-    command cannot interrupt (an import that hangs holds the main thread). Its workers die with it
-    (their parent-death signal); nothing has been written yet where this is used."""
+    command cannot interrupt (an import that hangs holds the main thread). Every process below the
+    command ends with it (its workers, what the hanging code started: the exit handlers that would
+    end them do not run); nothing has been written yet where this is used."""
     ended = threading.Event()
 
     def expire():
         if not ended.wait(seconds):
             err(f"harness: {what} did not finish within {seconds:g} s (--timeout){hint}")
+            kill_tree(os.getpid(), False)
             os._exit(EXIT_USAGE)
     threading.Thread(target=expire, name="deadline", daemon=True).start()
     try:

@@ -17,6 +17,8 @@ def cmd_replay(args) -> int:
             raise UsageError(f"--out {args.out}: is a file, expected a directory")
         check_output_file("--out", str(Path(args.out) / "results.csv"))
     from harness.commands.common import load_impls
+    from harness.replay import check_arguments
+    check_arguments(args.device, args.top, args.timeout)         # before a plug-in's import
     impl = load_impls([args.impl], args.timeout)[0]
     r = replay(args.case_id, impl, args.cases, args.device, args.top, args.budgets, args.case, args.isolate,
                args.timeout)
