@@ -84,15 +84,18 @@ def test_entry_point_discovery(tmp_path, monkeypatch):
     di = tmp_path / "myplug-1.0.dist-info"
     di.mkdir()
     (di / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 1.0\n")
-    (di / "entry_points.txt").write_text(f"[harness.impls]\nmine = {mod}:make\nbroken = {mod}:missing\n")
+    (tmp_path / "other_plug.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    (di / "entry_points.txt").write_text(f"[harness.impls]\nmine = {mod}:make\nbroken = {mod}:missing\n"
+                                         f"other = other_plug:make\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    eps = registry.entry_points()
-    assert "mine" in eps
-    assert eps["mine"].rounding.name == "fused" and eps["mine"].source == f"entry point {mod}:make"
-    assert eps["mine"].spec == "mine"                      # a worker process resolves it by name
-    assert eps["mine"].unavailable is None and callable(eps["mine"].factory)
-    assert "failed to load" in eps["broken"].unavailable
-    assert registry.resolve("mine").name == "mine"
+    mine = registry.resolve("mine")
+    assert mine.name == "mine" and mine.rounding.name == "fused" and mine.source == f"entry point {mod}:make"
+    assert mine.spec == "mine"                             # a worker process resolves it by name
+    assert mine.unavailable is None and callable(mine.factory)
+    assert not (tmp_path / "imported").exists()            # only the entry point named is loaded
+    assert "failed to load" in registry.resolve("broken").unavailable
+    with pytest.raises(UsageError, match="installed: (.*, )?mine, broken, other"):
+        registry.resolve("nobody")
 
 
 # ---------------------------------------------------------------- op variants and skips

@@ -101,20 +101,18 @@ def load_plugin(spec: str) -> Implementation:
     return from_factory(name, obj, f"{module}:{attr}", spec=spec)
 
 
-def entry_points() -> dict[str, Implementation]:
-    out = {}
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        source = f"entry point {ep.value}"
-        try:
-            factory = ep.load()
-        except BaseException as e:
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            out[ep.name] = Implementation(ep.name, None, unavailable=f"{source} failed to load: {e}",
-                                          source=source, spec=ep.name)
-            continue
-        out[ep.name] = from_factory(check_name(ep.name), factory, source, spec=ep.name)
-    return out
+def _from_entry_point(ep) -> Implementation:
+    """An installed entry point's implementation, its module imported (one that fails to load is
+    an Implementation saying so)."""
+    source = f"entry point {ep.value}"
+    try:
+        factory = ep.load()
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return Implementation(ep.name, None, unavailable=f"{source} failed to load: {e}", source=source, spec=ep.name)
+    return from_factory(check_name(ep.name), factory, source, spec=ep.name)
+
 
 
 def resolve(spec: str) -> Implementation:
@@ -131,11 +129,14 @@ def resolve(spec: str) -> Implementation:
         return found
     if "=" in spec:
         return load_plugin(spec)
-    eps = entry_points()
-    if spec in eps:
-        return eps[spec]
+    # only the entry point named is loaded: another's import (slow, hanging, failing) is not this one's
+    eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    named = [ep for ep in eps if ep.name == spec]
+    if named:
+        return _from_entry_point(named[-1])
+    installed = list(dict.fromkeys(ep.name for ep in eps))
     raise UsageError(f"--impl {spec!r}: unknown implementation; built-ins: {', '.join(builtins())}"
-                     + (f"; installed: {', '.join(eps)}" if eps else "") + "; or NAME=MODULE:ATTR")
+                     + (f"; installed: {', '.join(installed)}" if installed else "") + "; or NAME=MODULE:ATTR")
 
 
 def resolve_all(specs: list[str]) -> list[Implementation]:
