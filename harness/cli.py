@@ -33,7 +33,8 @@ def _sweep_options(p: argparse.ArgumentParser, one_impl: bool = False) -> None:
     p.add_argument("--out", default="out")
     p.add_argument("--budgets", help="budget file (CSV) overriding the defaults")
     p.add_argument("--jobs", type=int, default=1, help="N isolated workers at once (compiles and autotuning in parallel)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds a pair may run before it is an error")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help="seconds a pair may run before it is an error (and an --impl's module may take to import)")
     p.add_argument("--threads", type=int, help="OpenMP threads per worker (default: cores / jobs; see README, Threads)")
     p.add_argument("--gpus", help="GPU indices to spread the workers over, e.g. 0,1 (worker k on GPU k mod N)")
     p.add_argument("--isolate", choices=["auto", "process", "inline"], default="auto",
@@ -92,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--isolate", choices=["auto", "process", "inline"], default="auto",
                     help="run the pair in a worker process (auto: wherever the implementation can be sent to one)")
     rl.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                    help="seconds the pair may run before it is an error (a worker process only)")
+                    help="seconds the pair may run before it is an error (a worker process only), and "
+                         "--impl's module may take to import")
 
     b = sub.add_parser("budgets", help="budget files")
     bsub = b.add_subparsers(dest="budgets_cmd", required=True, parser_class=_Parser)
