@@ -26,6 +26,7 @@ from harness.references.models.noise import U32, exact_path_noise
 from harness.reports.schema import gated_columns, missing_columns, reference_output
 
 FILE_COLUMNS = ("impl", "rounding", "math", "dtype", "output", "reference", "regime", "metric", "budget")
+KEY_COLUMNS = FILE_COLUMNS[:-2]        # what a line applies to; the metric and budget are its value
 # The columns before the math class had one (every line then applies at every class): still read.
 LEGACY_COLUMNS = tuple(c for c in FILE_COLUMNS if c != "math")
 REFERENCE_KINDS = ("exact", "model")
@@ -145,7 +146,7 @@ def parse_budget_file(text: str, path: str) -> list[Override]:
             raise UsageError(f"{path}: line {i}: budget: {d['budget']!r} is not a number") from None
         if not (b >= 0) or math.isinf(b):
             raise UsageError(f"{path}: line {i}: budget: {b} must be finite and >= 0")
-        key = tuple(d[k] for k in ("impl", "rounding", "math", "dtype", "output", "reference", "regime"))
+        key = tuple(d[k] for k in KEY_COLUMNS)
         if key in first_line:            # only the first could ever apply: a second that differs is a contradiction
             line, metric, budget = first_line[key]
             if (metric, budget) == (d["metric"], b):

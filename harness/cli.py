@@ -153,29 +153,25 @@ class _UntilReaderLeaves:
         os.close(devnull)
 
     def write(self, text: str) -> int:
-        if not self.gone:
-            try:
-                return self._stream.write(text)
-            except BrokenPipeError:
-                self._leave()
-            except OSError as e:
-                self._raise_named(e)
+        self._guarded(self._stream.write, text)
         return len(text)
 
     def flush(self) -> None:
-        if not self.gone:
-            try:
-                self._stream.flush()
-            except BrokenPipeError:
-                self._leave()
-            except OSError as e:
-                self._raise_named(e)
+        self._guarded(self._stream.flush)
 
-    def _raise_named(self, e: OSError):
-        """`e` again, naming the stream where it names no file (a write's error: a full disk)."""
-        if e.filename is not None or e.errno is None:
-            raise e
-        raise OSError(e.errno, e.strerror, getattr(self._stream, "name", "the output")) from e
+    def _guarded(self, op, *args) -> None:
+        """op(*args) on the stream until its reader has gone; another write error raised naming the
+        stream where it names no file (a full disk)."""
+        if self.gone:
+            return
+        try:
+            op(*args)
+        except BrokenPipeError:
+            self._leave()
+        except OSError as e:
+            if e.filename is not None or e.errno is None:
+                raise
+            raise OSError(e.errno, e.strerror, getattr(self._stream, "name", "the output")) from e
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

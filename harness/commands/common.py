@@ -8,7 +8,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.api import Results, as_implementation, check_run_options
+from harness.api import Results, as_implementation, check_run_options, resolve_device
 from harness.commands import EXIT_USAGE, err
 from harness.commands.phases import share_line
 from harness.environment import environment
@@ -38,11 +38,13 @@ def deadline(seconds: float, what: str, hint: str = ""):
         ended.set()
 
 
-def load_impls(specs: list[str], timeout: float) -> list:
+def load_impls(specs: list[str], timeout: float, device: str) -> list:
     """The --impl values as Implementations, each loaded within `timeout` seconds: a plug-in's or an
     entry point's module is imported here, in the command's own process, to read its declarations
-    (a pair's --timeout covers only what runs in a worker)."""
+    (a pair's --timeout covers only what runs in a worker). --timeout and --device are checked
+    first: a bad one is said as such, not as the failure of an import that needed it."""
     check_run_options(timeout=timeout)
+    resolve_device(device)
     out = []
     for spec in specs:
         with deadline(timeout, f"--impl {spec}: loading it", ": does its module's import hang?"):

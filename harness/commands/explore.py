@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.api import Results, plan, resolve_device
+from harness.api import Results, plan
 from harness.commands import EXIT_FAIL, EXIT_OK, err
 from harness.references.errors import UsageError
 
@@ -23,8 +23,7 @@ def cmd_explore(args) -> int:
         args.max_examples = DEFAULT_EXAMPLES
     if args.max_examples < 1:
         raise UsageError(f"--max-examples {args.max_examples}: need at least 1")
-    resolve_device(args.device)                  # said before a plug-in's import, which may need it
-    impls = load_impls(args.impl, args.timeout)
+    impls = load_impls(args.impl, args.timeout, args.device)
     p = plan(impls, "quick", args.device, args.budgets, None, args.golden, args.reference_backend,
              repeats=args.repeats, allow_nondeterministic=nondeterminism(args))
     rd = RunDir(args.out).create()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.api import check_run_options, plan, resolve_device, run_plan
+from harness.api import check_run_options, plan, run_plan
 from harness.commands import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Progress, err
 from harness.commands.common import load_impls
 from harness.references.errors import UsageError
@@ -47,8 +47,7 @@ def cmd_identify(args) -> int:
     # which model fits is a question about the first call's values: whether a later call repeats
     # them is the gate's (harness run), not this command's
     check_run_options(args.jobs, args.timeout, args.threads)
-    resolve_device(args.device)                  # said before a plug-in's import, which may need it
-    impls = load_impls(args.impl, args.timeout)
+    impls = load_impls(args.impl, args.timeout, args.device)
     p = plan(impls, args.cases, args.device, args.budgets, None, args.golden, args.reference_backend,
              repeats=0, allow_nondeterministic=True)
     if len(p.impls) != 1:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.api import Results, check_run_options, load_baseline, plan, resolve_device, run_plan
+from harness.api import Results, check_run_options, load_baseline, plan, run_plan
 from harness.commands import EXIT_OK, Progress, err
 from harness.commands.phases import Clock
 from harness.commands.phases import line as phase_line
@@ -33,8 +33,7 @@ def cmd_run(args) -> int:
     check_output_file("--junit", args.junit)
     check_run_options(args.jobs, args.timeout, args.threads)
     gpus = parse_gpus(args.gpus)
-    resolve_device(args.device)                  # said before a plug-in's import, which may need it
-    impls = load_impls(args.impl, args.timeout)
+    impls = load_impls(args.impl, args.timeout, args.device)
     p = plan(impls, args.cases, args.device, args.budgets, args.baseline, args.golden, args.reference_backend,
              parse_shard(args.shard), args.shard_by or "case", args.repeats, nondeterminism(args))
     rd = RunDir(args.out).create().check_outputs()

@@ -19,7 +19,7 @@ def cmd_replay(args) -> int:
     from harness.commands.common import load_impls
     from harness.replay import check_arguments
     check_arguments(args.device, args.top, args.timeout)         # before a plug-in's import
-    impl = load_impls([args.impl], args.timeout)[0]
+    impl = load_impls([args.impl], args.timeout, args.device)[0]
     r = replay(args.case_id, impl, args.cases, args.device, args.top, args.budgets, args.case, args.isolate,
                args.timeout)
     print(format_replay(r))
