@@ -80,20 +80,24 @@ chain, fused, xhat = _eager({"mid"}), _eager(set()), _eager({"xhat"})
 
 class Compiled(nn.Module):
     """Keeps `weight` a plain attribute of the module the harness sees, compiled forward inside.
-    Shapes are dynamic (one graph across token counts and hidden sizes) except for grouped norms,
-    whose [..., hidden / G, G] view sent Dynamo's symbolic shape reasoning into minutes a graph
-    on the H200 (G = 1: 45-65 s a pair even with warm caches): those compile static."""
+    Shapes are static: each (variant, shape) is a graph of its own, as torch.compile's default makes
+    a model's first shape. Dynamic shapes saved few graphs (the weight's shape is static, so each
+    hidden size was one anyway: `full` has 313 variants in 344 variant-shapes) and made each one
+    dearer: Dynamo's symbolic shape reasoning cost ~3x the tracing of a static graph with warm
+    caches (docs/performance.md §17), and sent a grouped norm's [..., hidden / G, G] view into
+    minutes a graph on the H200."""
 
-    def __init__(self, inner: nn.Module, emulate_precision_casts: bool, dynamic: bool = True):
+    def __init__(self, inner: nn.Module, emulate_precision_casts: bool):
         super().__init__()
         self.inner = inner
         self.weight = inner.weight
-        # Dynamo's default recompile limit (8) would silently run every later shape eager: each
-        # hidden size is a new graph (the weight parameter's shape is static), so raise it.
+        # Dynamo's default recompile limit (8) would silently run every later shape eager. Every
+        # instance shares the chain's code object, so one process of `full` (--jobs 1) keeps
+        # 344 variant-shapes x 3 graphs (training, no_grad, inference_mode) in its cache.
         from harness.references.accel.inductor import raise_recompile_limit
-        raise_recompile_limit(1024)
+        raise_recompile_limit(4096)
         # The option must be in force when Inductor generates code, not when the graph runs.
-        self._fn = torch.compile(inner, dynamic=dynamic, options={"emulate_precision_casts": emulate_precision_casts})
+        self._fn = torch.compile(inner, dynamic=False, options={"emulate_precision_casts": emulate_precision_casts})
 
     def forward(self, x, gate):
         return self._fn(x, gate)
@@ -105,7 +109,7 @@ def _compiled(emulate: bool):
         return Compiled(chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype,
                               device=device, group_size=group_size, norm_before_gate=norm_before_gate,
                               activation=activation),
-                        emulate_precision_casts=emulate, dynamic=group_size is None)
+                        emulate_precision_casts=emulate)
     return make
 
 
