@@ -80,10 +80,10 @@ chain, fused, xhat = _eager({"mid"}), _eager(set()), _eager({"xhat"})
 
 class Compiled(nn.Module):
     """Keeps `weight` a plain attribute of the module the harness sees, compiled forward inside.
-    Shapes are static: each (variant, shape) is a graph of its own, as torch.compile's default makes
-    a model's first shape. Dynamic shapes saved few graphs (the weight's shape is static, so each
-    hidden size was one anyway: `full` has 313 variants in 344 variant-shapes) and made each one
-    dearer: Dynamo's symbolic shape reasoning cost ~3x the tracing of a static graph with warm
+    Shapes are static: each (variant, shape, eps) is a graph of its own, as torch.compile's default
+    makes a model's first shape. Dynamic shapes saved few graphs (the weight's shape is static, so
+    each hidden size was one anyway: `full` has 313 variants in 356 variant-shape-eps) and made each
+    one dearer: Dynamo's symbolic shape reasoning cost ~3x the tracing of a static graph with warm
     caches (docs/performance.md §17), and sent a grouped norm's [..., hidden / G, G] view into
     minutes a graph on the H200."""
 
@@ -93,7 +93,7 @@ class Compiled(nn.Module):
         self.weight = inner.weight
         # Dynamo's default recompile limit (8) would silently run every later shape eager. Every
         # instance shares the chain's code object, so one process of `full` (--jobs 1) keeps
-        # 344 variant-shapes x 3 graphs (training, no_grad, inference_mode) in its cache.
+        # 356 (variant, shape, eps) x 3 graphs (training, no_grad, inference_mode) in its cache.
         from harness.references.accel.inductor import raise_recompile_limit
         raise_recompile_limit(4096)
         # The option must be in force when Inductor generates code, not when the graph runs.
