@@ -2,11 +2,10 @@
 from (harness.runner), and --shard's split of a suite across machines.
 
 A worker pays a compile key's first calls once (every case of one hidden size, dtypes and op
-variant: a Triton kernel's compile and autotuning, torch.compile's graphs — shape-dynamic across
-token counts, but not across hidden sizes, as the weight parameter's shape is static), so one work
-item holds every case of a key. On the H200, a warm `full` compiled torch-compile's graphs on
-exactly one pair per (compile key, zero-centred gamma, activation, eps): no dealing can cut them
-further (docs/performance.md §9)."""
+variant: a Triton kernel's compile and autotuning, autotuned per hidden size), so one work item
+holds every case of a key. torch-compile's graphs are static (harness.impls.torch_ref): one per
+(compile key, zero-centred gamma, activation, eps, shape), compiled once in the sweep whichever
+worker holds the key: no dealing can cut them further (docs/performance.md §9, §17)."""
 from __future__ import annotations
 
 import math
@@ -23,7 +22,8 @@ def compile_key(case: Case) -> tuple:
 
 
 # What a compile key costs next to each of its cases, for balancing: fitted over `full` on an H200
-# (docs/performance.md: ~28-31 s a key for its first calls, 0.2-1.9 s a case).
+# (docs/performance.md: ~28-31 s a key for its first calls, 0.2-1.9 s a case), with fla's cold
+# autotuning the largest part; fitted before torch-compile's graphs became static (§17).
 KEY_COST_IN_CASES = 16
 
 # A case this big is a work item of its own: its references and certification (an fp32 2048x4096

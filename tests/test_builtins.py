@@ -34,8 +34,9 @@ def test_cpu_builtins_pass(name):
 def test_torch_compile_realises_the_fused_model():
     """Inductor (defaults) elides the n -> x.dtype round trip: the fused model, every output
     (bench/RESULTS.md, run 6 on CUDA; the CPU likewise). Each variant, shape and eps is a graph of
-    its own (static shapes), three each (training, no_grad, inference_mode), all of one code object, so the impl raises Dynamo's recompile limit past what one process of `full` compiles:
-    at the default 8, later shapes silently ran eager."""
+    its own (static shapes), three each (training, no_grad, inference_mode), all of one code object,
+    so the impl raises Dynamo's recompile limit past what one process of `full` compiles: at the
+    default 8, later shapes silently ran eager."""
     import torch._dynamo.config as dcfg
 
     from harness.cases.suite import load_suite
@@ -47,7 +48,7 @@ def test_torch_compile_realises_the_fused_model():
         rows = pair_rows(case, impl)
         bad = [(r["output"], r["reference"], r["reason"]) for r in rows if r["status"] != "pass"]
         assert len(rows) == 10 and bad == [], (case.label, bad)
-    assert dcfg.recompile_limit >= 3 * len(graphs) > 3 * 313
+    assert dcfg.recompile_limit >= 3 * len(graphs)
     assert dcfg.accumulated_recompile_limit >= 3 * len(graphs)
 
 
