@@ -59,3 +59,17 @@ def test_builtin_names_resolve():
         assert registry.resolve(name).name == name and registry.resolve(name).spec == name
     for name in ("torch", "torch-fused", "torch-xhat", "torch-compile", "torch-compile-emulate"):
         assert registry.resolve(name).unavailable is None
+
+
+def test_the_recompile_limit_grows_with_the_compiled_modules_made():
+    """However many pairs a process runs (hypothesis, a long pytest session), the limit stays above
+    the graphs their modules can have compiled: past it Dynamo would run the rest eager, silently."""
+    import torch
+    import torch._dynamo.config as dcfg
+
+    from harness.impls.torch_ref import GRAPHS_PER_INSTANCE, Compiled, _compiled
+    make = _compiled(False)
+    mods = [make(4, eps=1e-5, zero_centered_gamma=False, dtype=torch.float32, device="cpu") for _ in range(1100)]
+    assert len(mods) == 1100 and Compiled.instances >= 1100
+    need = GRAPHS_PER_INSTANCE * Compiled.instances
+    assert need > 4096 and dcfg.recompile_limit >= need and dcfg.accumulated_recompile_limit >= need

@@ -78,6 +78,9 @@ def _eager(points):
 chain, fused, xhat = _eager({"mid"}), _eager(set()), _eager({"xhat"})
 
 
+GRAPHS_PER_INSTANCE = 4          # the three a pair compiles, and one to spare
+
+
 class Compiled(nn.Module):
     """Keeps `weight` a plain attribute of the module the harness sees, compiled forward inside.
     Shapes are static: each (variant, shape, eps) is a graph of its own, as torch.compile's default
@@ -87,15 +90,20 @@ class Compiled(nn.Module):
     reasoning cost ~3x the tracing of a static graph with warm caches (docs/performance.md §17),
     and sent a grouped norm's [..., hidden / G, G] view into minutes a graph on the H200."""
 
+    instances = 0                 # made in this process
+
     def __init__(self, inner: nn.Module, emulate_precision_casts: bool):
         super().__init__()
         self.inner = inner
         self.weight = inner.weight
         # Dynamo's default recompile limit (8) would silently run every later shape eager. Every
-        # instance shares the chain's code object, so one process of `full` (--jobs 1) keeps
-        # 356 (variant, shape, eps) x 3 graphs (training, no_grad, inference_mode) in its cache.
+        # instance shares the chain's code object, and each adds at most its graphs (training,
+        # no_grad, inference_mode) to that one cache — one process of `full` (--jobs 1) keeps
+        # 356 (variant, shape, eps) x 3 —, so the limit stays above what the instances made so far
+        # can have compiled, however long the process runs (hypothesis, a pytest session).
         from harness.references.accel.inductor import raise_recompile_limit
-        raise_recompile_limit(4096)
+        Compiled.instances += 1
+        raise_recompile_limit(max(4096, GRAPHS_PER_INSTANCE * Compiled.instances))
         # The option must be in force when Inductor generates code, not when the graph runs.
         self._fn = torch.compile(inner, dynamic=False, options={"emulate_precision_casts": emulate_precision_casts})
 
