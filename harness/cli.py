@@ -12,7 +12,7 @@ import sys
 import traceback
 
 from harness.commands import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
-from harness.references.errors import UsageError
+from harness.references.errors import UsageError, naming
 from harness.worker import DEFAULT_TIMEOUT
 
 
@@ -169,9 +169,10 @@ class _UntilReaderLeaves:
         except BrokenPipeError:
             self._leave()
         except OSError as e:
-            if e.filename is not None or e.errno is None:
+            named = naming(e, getattr(self._stream, "name", "the output"))
+            if named is None:
                 raise
-            raise OSError(e.errno, e.strerror, getattr(self._stream, "name", "the output")) from e
+            raise named from e
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

@@ -8,6 +8,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from harness.references.errors import naming
+
 
 @contextmanager
 def atomic_write(path: Path | str, mode: str = "wb"):
@@ -25,9 +27,9 @@ def atomic_write(path: Path | str, mode: str = "wb"):
             os.unlink(tmp)
         except OSError:
             pass
-        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
-            # a write's error names no file (a full disk): say which one was being written
-            raise OSError(e.errno, e.strerror, str(path)) from e
+        named = naming(e, str(path))          # a full disk: say which file was being written
+        if named is not None:
+            raise named from e
         raise
 
 

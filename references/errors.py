@@ -23,6 +23,15 @@ def said(e: BaseException) -> str:
         return "(its message could not be read: its __str__ raised)"
 
 
+def naming(e: BaseException, name: str) -> OSError | None:
+    """`e` again, naming `name`, where it is an OSError that names no file but carries an errno (a
+    write to a full disk: ENOSPC names neither the file nor the stream), its subclass kept (OSError
+    picks it by the errno); None otherwise, for the caller to raise `e` itself."""
+    if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+        return OSError(e.errno, e.strerror, name)
+    return None
+
+
 def out_of_memory(e: BaseException) -> bool:
     """The machine had no memory for the work (a case too big for it): MemoryError, torch's
     OutOfMemoryError (CUDA's included), or the CPU allocator's RuntimeError, which names no type

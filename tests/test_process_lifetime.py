@@ -16,6 +16,12 @@ from tests.conftest import running
 from tests.test_robustness import REPO, TWO, calls, one_line_usage, plug, run  # noqa: F401 — plug: the fixture
 
 
+def _env(cwd, **more) -> dict:
+    """This environment, with `cwd` (the plug-ins) and the repository first on PYTHONPATH."""
+    path = [str(cwd), str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(path), **more)
+
+
 # ---------------------------------------------------------------------- an import that hangs
 
 def _tagged(tag: str) -> list[int]:
@@ -41,8 +47,7 @@ def test_an_import_that_hangs_is_one_line_within_the_timeout_and_leaves_no_worke
         "open(os.environ['CHILD_PIDS'], 'a').write(f'{child.pid}\\n')\n"
         "time.sleep(1000)\n")
     tag, pids = f"{os.getpid()}-{time.time()}", plug / "children.txt"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plug), str(REPO)]), HARNESS_TEST_TAG=tag,
-               CHILD_PIDS=str(pids))
+    env = _env(plug, HARNESS_TEST_TAG=tag, CHILD_PIDS=str(pids))
     common = ["--impl", "h=hangs_on_import:make", "--device", "cpu", "--timeout", "1"]
     t0 = time.time()
     procs = [subprocess.Popen([sys.executable, "-m", "harness", *args, *common], cwd=plug, env=env,
@@ -68,12 +73,8 @@ def test_an_import_that_hangs_is_one_line_within_the_timeout_and_leaves_no_worke
 # ---------------------------------------------------------------------- 5, 6: two runs, kill -9
 
 def _harness(*argv, cwd):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(cwd), str(REPO)] + (
-        [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
-    return subprocess.Popen([sys.executable, "-m", "harness", *map(str, argv)], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-m", "harness", *map(str, argv)], cwd=cwd, env=_env(cwd),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 
 
 def _wait_for(cond, seconds: float, what: str):
@@ -191,8 +192,7 @@ def test_a_detached_grandchild_neither_holds_the_pipe_nor_outlives_the_command(t
     (tmp_path / "detacher.py").write_text(GRANDCHILD)
     (tmp_path / "two.toml").write_text(TWO)
     pids = tmp_path / "pids"
-    env = dict(os.environ, GRANDCHILDREN=str(pids), PYTHONPATH=os.pathsep.join(
-        [str(tmp_path), str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    env = _env(tmp_path, GRANDCHILDREN=str(pids))
     p = subprocess.run([sys.executable, "-m", "harness", "run", "--impl", "g=detacher:make", "--cases", "two.toml",
                         "--device", "cpu", "--out", "o", "--no-report", "--repeats", "0"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -114,7 +114,6 @@ def _from_entry_point(ep) -> Implementation:
     return from_factory(check_name(ep.name), factory, source, spec=ep.name)
 
 
-
 def resolve(spec: str) -> Implementation:
     """A built-in name, an entry point's name, or NAME=MODULE:ATTR; each optionally `@CLASS`."""
     if "@" in spec:
