@@ -102,6 +102,7 @@ def test_run_precision_bug_exits_1(capsys, tmp_path, monkeypatch):
     lambda s, t: ["identify", "--impl", "torch", "--cases", s, "--timeout", "0", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--threads", "0", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--gpus", "a", "--out", t],
+    lambda s, t: ["run", "--impl", "torch", "--cases", s, "--gpus", "0,1,0", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--repeats", "-1", "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--impl", "torch", "--cases", s, "--out", t],
     lambda s, t: ["run", "--impl", "torch", "--cases", s, "--bogus-flag", "--out", t],
