@@ -6,6 +6,7 @@
 # Stages (each logs to $OUT/log.txt with its command, exit code and wall time, the whole command
 # timed as a user types it):
 #   tests       the test files with CUDA paths (the references' passes and rounding, the adapters, exhaustive,
+#               the inputs' rounding on the GPU,
 #               the GPU time and the bandwidth floor's bytes, CUDA's driver started before a worker's fork)
 #   exhaustive  `harness exhaustive` bf16 and fp16, the whole command cold and warm (bench_exhaustive.py)
 #   quick       quick on CUDA for torch, torch-compile, fla, fla-gated, mamba and the HF adapters
@@ -92,7 +93,7 @@ for stage in "$@"; do
   case $stage in
     tests) step tests 300 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_accel.py tests/test_adapters.py \
              tests/test_exhaustive.py tests/test_gputime.py tests/test_formats.py tests/test_speed_columns.py \
-             tests/test_cudafork.py ;;
+             tests/test_cudafork.py tests/test_generate.py ;;
     exhaustive) step exhaustive 400 python3 bench/bench_exhaustive.py --device cuda --cli ;;
     exhaustive-profile) step exhaustive-profile 120 python3 -m cProfile -s cumtime -m harness exhaustive --dtype bf16 \
              --device cuda --out "$OUT/ex-prof" ;;

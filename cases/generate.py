@@ -4,10 +4,13 @@ sees exactly the values the implementation sees.
 
 Each distribution is a small function of (generator, shape, format) -> float64 tensor. The values
 are keyed by case id (golden stores, baselines): the generator's calls, their order and every
-operation on what they draw are fixed (tests/test_cases.py pins a hash of generated inputs). The
+operation on what they draw are fixed (tests/test_generate.py pins a hash of generated inputs). The
 arithmetic runs in place on the drawn tensor (an input of millions of elements is generated in
 the implementation's process and again in the judge's); in place or not, each step is the same
-IEEE operation on the same operands."""
+IEEE operation on the same operands. For the same reason a big draw may be rounded to its dtype on
+a GPU (`generate`'s `device`): the draw itself is the CPU generator's, and the rounding is exact
+IEEE arithmetic and bit operations, the same bits on any device (NaN aside, which no distribution
+draws; tests/test_generate.py checks it on CUDA)."""
 from __future__ import annotations
 
 import torch
@@ -22,6 +25,11 @@ TINY_X = 1e-4                      # x^2 ~ 1e-8, far below eps: the norm is eps-
 SATURATING_GATE = (-87.0, -20.0)   # silu ~ -1e-8 .. -1e-36: tiny but float32-normal
 UNDERFLOW_GATE = (-120.0, -87.5)   # float32 exp(-g) overflows / silu becomes subnormal or -0
 LARGE_POSITIVE_GATE = (8.0, 60.0)  # silu(t) == t to working precision
+
+# From this many elements a 16-bit input is rounded on the case's GPU, where there is one: on one
+# CPU core the rounding is ~45 % of a bf16 input's generation (~25 ns an element, the float64 draw
+# ~30), on the GPU a copy there and back (fp32 is a plain cast: kept on the CPU).
+ROUND_ON_DEVICE_FROM = 1 << 18
 
 
 def _normal(gen, shape):
@@ -110,15 +118,30 @@ def act_format(case: Case, act_follows: str = "x") -> Format:
     return fmt_of(case.weight_dtype if act_follows == "weight" else case.dtype)
 
 
-def generate(case: Case, act_follows: str = "x") -> Inputs:
-    """The case's inputs on the CPU. dy is in the activation dtype (it is y's gradient)."""
+def rounded(v: torch.Tensor, fmt: Format, device: str = "cpu") -> torch.Tensor:
+    """to_dtype_exact(v, fmt) on the CPU, computed on `device` where that pays — a big 16-bit input,
+    a CUDA device whose process has CUDA up already (a judge's first GPU case draws while its
+    context starts) and memory for it —: the same bits either way (a NaN's would be each device's
+    conversion's; no distribution draws one)."""
+    if not (device.startswith("cuda") and fmt.dtype != torch.float32 and v.numel() >= ROUND_ON_DEVICE_FROM
+            and torch.cuda.is_initialized()):
+        return to_dtype_exact(v, fmt)
+    try:
+        return to_dtype_exact(v.to(device), fmt).cpu()
+    except torch.cuda.OutOfMemoryError:
+        return to_dtype_exact(v, fmt)
+
+
+def generate(case: Case, act_follows: str = "x", device: str = "cpu") -> Inputs:
+    """The case's inputs on the CPU. dy is in the activation dtype (it is y's gradient). `device`:
+    the pair's, where a big draw may be rounded (`rounded`); the values do not depend on it."""
     gen = torch.Generator().manual_seed(int(case.case_id, 16) % (2 ** 63))
     shape = tuple(case.shape)
     fx, fg, fw = fmt_of(case.dtype), fmt_of(case.gate_dtype), fmt_of(case.weight_dtype)
-    x = to_dtype_exact(x_values(case.x_dist, gen, shape, fx), fx)
-    gate = to_dtype_exact(gate_values(case.gate_dist, gen, shape), fg)
+    x = rounded(x_values(case.x_dist, gen, shape, fx), fx, device)
+    gate = rounded(gate_values(case.gate_dist, gen, shape), fg, device)
     w = to_dtype_exact(gamma_values(case.gamma_dist, gen, case.hidden, case.zero_centered_gamma), fw)
     fa = act_format(case, act_follows)
-    dy = to_dtype_exact(dy_values(case.dy_dist, gen, shape), fa)
+    dy = rounded(dy_values(case.dy_dist, gen, shape), fa, device)
     return Inputs(x, gate, w, dy, case.eps, case.zero_centered_gamma, case.group_size, case.norm_before_gate,
                   case.activation)

@@ -73,3 +73,28 @@ def test_the_recompile_limit_grows_with_the_compiled_modules_made():
     assert len(mods) == 1100 and Compiled.instances >= 1100
     need = GRAPHS_PER_INSTANCE * Compiled.instances
     assert need > 4096 and dcfg.recompile_limit >= need and dcfg.accumulated_recompile_limit >= need
+
+
+def test_torch_compile_skips_only_the_guard_latency_profile(monkeypatch):
+    """The built-in's compiles skip Dynamo's guard-latency profile (a cache flush a graph), and
+    nothing else: the function is back after each call, a new shape still fails the guards and
+    compiles a graph of its own, and the outputs are the eager chain's (the CPU's Inductor keeps
+    the chain's casts only with emulate_precision_casts: compared with it)."""
+    import torch
+    import torch._dynamo.guards as guards
+    from torch._dynamo.utils import counters
+
+    from harness.impls.torch_ref import _compiled, chain
+    calls = []
+    monkeypatch.setattr(guards, "profile_guard_manager", lambda *a: calls.append(a) or 1.0)
+    spy = guards.profile_guard_manager
+    make = _compiled(True)
+    graphs = counters["stats"]["unique_graphs"]
+    for hidden in (24, 40):
+        m = make(hidden, eps=1e-5, zero_centered_gamma=False, dtype=torch.bfloat16, device="cpu")
+        eager = chain(hidden, eps=1e-5, zero_centered_gamma=False, dtype=torch.bfloat16, device="cpu")
+        x, g = torch.randn(3, hidden).bfloat16(), torch.randn(3, hidden).bfloat16()
+        with torch.no_grad():
+            assert torch.equal(m(x, g).view(torch.int16), eager(x, g).view(torch.int16))
+        assert guards.profile_guard_manager is spy
+    assert calls == [] and counters["stats"]["unique_graphs"] == graphs + 2

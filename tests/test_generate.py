@@ -13,7 +13,7 @@ from harness.cases.case import DTYPES, DY_DISTS, GAMMA_DISTS, GATE_DISTS, X_DIST
 from harness.cases.generate import generate
 from harness.cases.suite import load_suite, parse_suite
 from harness.references.formats import fmt_of
-from tests.conftest import make_case
+from tests.conftest import make_case, needs_cuda
 
 P = "suites/my.toml"
 
@@ -156,3 +156,47 @@ def test_generated_inputs_are_pinned():
     got = {c.case_id + ("" if follows == "x" else "/" + follows): inputs_digest(generate(c, follows))
            for c, follows in pinned_cases()}
     assert got == PINNED_INPUTS
+
+
+def _hard_values(fmt) -> torch.Tensor:
+    """float64 values where rounding into `fmt` is hardest: every tie between neighbours near 1 and
+    in the subnormal range, a float64 ulp either side of each, the overflow threshold, specials."""
+    p, sub = fmt.precision, fmt.min_subnormal
+    k = torch.arange(1, 200, dtype=torch.float64)
+    ties = torch.cat([1 + (k + 0.5) * 2.0 ** (1 - p), (k + 0.5) * sub, fmt.max + (k - 100) * 2.0 ** -p * fmt.max])
+    up, down = torch.nextafter(ties, ties + 1), torch.nextafter(ties, ties - 1)
+    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 2.0 ** -1074, 1e300])
+    v = torch.cat([ties, up, down, special])
+    v = torch.cat([v, -v])
+    bits = v.view(torch.int64).clone()
+    bits[-1] = 0x7FF0000000000123                        # a NaN with a payload
+    return torch.cat([bits.view(torch.float64), torch.randn(1 << 16, dtype=torch.float64) * 4])
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_rounding_on_cuda_gives_the_cpus_bits(name, monkeypatch):
+    """The rounding of a big draw moves to the GPU (generate's `device`): the same bits as the CPU's,
+    on the hardest values (NaN aside), and for whole cases of every distribution."""
+    from harness.cases import generate as gen
+    fmt = fmt_of(name)
+    v = _hard_values(fmt)
+    cpu, cuda = gen.to_dtype_exact(v, fmt), gen.to_dtype_exact(v.cuda(), fmt).cpu()
+    nan = v.isnan()             # a NaN's 16 bits are each device's conversion's (a draw has none)
+    assert torch.equal(cpu[nan].isnan(), cuda[nan].isnan()) and cpu[nan].isnan().all()
+    assert torch.equal(cpu[~nan].view(torch.int16), cuda[~nan].view(torch.int16))
+    torch.empty(1, device="cuda")                          # CUDA up, as in a pair's process
+    seen = []
+    real = gen.to_dtype_exact
+    monkeypatch.setattr(gen, "to_dtype_exact", lambda t, f: seen.append(t.device.type) or real(t, f))
+    shape = (64, gen.ROUND_ON_DEVICE_FROM // 64)
+    for x_dist, gate_dist, dy_dist in zip(X_DISTS, GATE_DISTS * 2, DY_DISTS * 2):
+        c = make_case(dtype=name, gate_dtype=name, weight_dtype=name, shape=shape, x_dist=x_dist,
+                      gate_dist=gate_dist, dy_dist=dy_dist)
+        seen.clear()
+        on_gpu = generate(c, device="cuda")
+        assert seen == ["cuda", "cuda", "cpu", "cuda"]          # x, gate, the weight (small), dy
+        on_cpu = generate(c)
+        for k in ("x", "gate", "weight", "dy"):
+            a, b = getattr(on_gpu, k), getattr(on_cpu, k)
+            assert a.device.type == "cpu" and torch.equal(a.view(torch.int16), b.view(torch.int16)), (x_dist, k)

@@ -307,7 +307,7 @@ def case_inputs(case: Case, act_follows: str, device: str) -> Inputs:
     key = (case.case_id, act_follows)
     if key not in _LAST_CASE:
         _LAST_CASE.clear()
-        _LAST_CASE[key] = generate(case, act_follows)
+        _LAST_CASE[key] = generate(case, act_follows, device)
     return _LAST_CASE[key].to(device, copy=True)
 
 

@@ -66,8 +66,8 @@ class Judge:
         if act not in self._refs:
             self.check_environment()
             t0 = time.perf_counter()
-            inp = generate(case, impl.act_follows)                       # on the CPU
             where = analysis_device(case, self.s.device)
+            inp = generate(case, impl.act_follows, where)                # on the CPU
             if self.s.golden_dir is None:
                 self._refs[act] = build(inp.to(where), self.s.reference_backend)
             else:
