@@ -213,7 +213,7 @@ def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golde
     return Plan(impl_list, case_list, suite_name, settings, base)
 
 
-def check_run_options(jobs=1, timeout=DEFAULT_TIMEOUT, threads=None) -> None:
+def check_run_options(jobs=1, timeout=DEFAULT_TIMEOUT, threads=None, gpus=()) -> None:
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: need at least 1")
     if not (0 < timeout <= threading.TIMEOUT_MAX):    # what a wait can be given
@@ -221,11 +221,17 @@ def check_run_options(jobs=1, timeout=DEFAULT_TIMEOUT, threads=None) -> None:
                          f"(at most {threading.TIMEOUT_MAX:.3g})")
     if threads is not None and threads < 1:
         raise UsageError(f"--threads {threads}: need at least 1")
+    shown = ",".join(map(str, gpus))
+    if any(not isinstance(g, int) or g < 0 for g in gpus):
+        raise UsageError(f"--gpus {shown}: GPU indices are integers >= 0")
+    twice = sorted({g for g in gpus if list(gpus).count(g) > 1})
+    if twice:       # worker k goes to GPU k mod N: a repeated index would double one GPU's share
+        raise UsageError(f"--gpus {shown}: GPU {', '.join(map(str, twice))} given more than once")
 
 
 def run_plan(p: Plan, out=None, *, resume=False, jobs=1, timeout=DEFAULT_TIMEOUT, isolate="auto", threads=None,
              gpus=(), progress: Callable | None = None, log: Callable | None = None) -> Results:
-    check_run_options(jobs, timeout, threads)
+    check_run_options(jobs, timeout, threads, gpus)
     tmp = None
     if out is None:
         tmp = tempfile.TemporaryDirectory(prefix="harness-")

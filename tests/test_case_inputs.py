@@ -12,7 +12,7 @@ def test_the_implementation_side_draws_a_case_once_and_hands_each_pair_its_own_c
     from harness.pipeline import call
     draws = []
     real = call.generate
-    monkeypatch.setattr(call, "generate", lambda c, a="x": draws.append(c.case_id) or real(c, a))
+    monkeypatch.setattr(call, "generate", lambda c, *rest: draws.append(c.case_id) or real(c, *rest))
     monkeypatch.setattr(call, "_LAST_CASE", {})
     a, b = load_suite("quick").cases[:2]
     first = call.case_inputs(a, "x", "cpu")

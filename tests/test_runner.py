@@ -294,3 +294,15 @@ def test_cases_given_as_objects_are_checked_and_each_runs_once():
     assert [c.case_id for c in plan(["torch"], cases=[b, a, b, a], device="cpu").cases] == [b.case_id, a.case_id]
     with pytest.raises(UsageError, match=r"cases\[1\]: a str, expected a Case"):
         plan(["torch"], cases=[a, "quick"], device="cpu")
+
+
+def test_the_api_refuses_what_the_command_line_refuses_in_gpus(tmp_path):
+    """run_plan checks its GPU list as --gpus does: a repeated index would double one GPU's share
+    silently (worker k on GPU k mod N), a negative one names no GPU."""
+    from harness.api import plan, run_plan
+    from harness.references.errors import UsageError
+    p = plan(["torch"], "quick", "cpu")
+    for gpus, said in (((0, 1, 0), "GPU 0 given more than once"), ((-1,), "integers >= 0")):
+        with pytest.raises(UsageError, match=said):
+            run_plan(p, tmp_path / "o", jobs=2, gpus=gpus)
+        assert not (tmp_path / "o" / "results.csv").exists()

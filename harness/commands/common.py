@@ -71,11 +71,7 @@ def parse_gpus(s: str | None) -> tuple[int, ...]:
         gpus = tuple(int(v) for v in s.split(","))
     except ValueError:
         raise UsageError(f"--gpus {s!r}: expected GPU indices, e.g. 0,1") from None
-    if any(g < 0 for g in gpus):
-        raise UsageError(f"--gpus {s!r}: indices are >= 0")
-    twice = sorted({g for g in gpus if gpus.count(g) > 1})
-    if twice:       # worker k goes to GPU k mod N: a repeated index would double one GPU's share
-        raise UsageError(f"--gpus {s!r}: GPU {', '.join(map(str, twice))} given more than once")
+    check_run_options(gpus=gpus)
     return gpus
 
 

@@ -126,10 +126,11 @@ def unprofiled_guards():
     sweep of `full` makes 1068 graphs, 16 processes flushing at once). Nothing here reads the
     figure, so the built-in's calls skip it: the guards are built, checked on the frame that made
     them, and evaluated on every call as before — only the timing is 0. Where a torch has no such
-    function, nothing changes."""
+    function, nothing changes; a call already inside (another thread's) leaves the swap to it,
+    which restores the real one."""
     import torch._dynamo.guards as guards
     real = getattr(guards, "profile_guard_manager", None)
-    if real is None:
+    if real is None or real is _no_latency:
         yield
         return
     guards.profile_guard_manager = _no_latency
