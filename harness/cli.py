@@ -36,7 +36,7 @@ def _sweep_options(p: argparse.ArgumentParser, one_impl: bool = False) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help="seconds a pair may run before it is an error (and an --impl's module may take to import)")
     p.add_argument("--threads", type=int, help="OpenMP threads per worker (default: cores / jobs; see README, Threads)")
-    p.add_argument("--gpus", help="GPU indices to spread the workers over, e.g. 0,1 (worker k on GPU k mod N)")
+    p.add_argument("--gpus", help="GPU indices to spread the workers over, each once, e.g. 0,1 (worker k on GPU k mod N)")
     p.add_argument("--isolate", choices=["auto", "process", "inline"], default="auto",
                    help="run each pair in a worker process (auto: wherever the implementation can be sent to one)")
     p.add_argument("--golden", help="golden store directory: reuse certified references across runs")
