@@ -24,8 +24,12 @@ run: $(STAMP)
 
 # --dist worksteal (pytest-xdist 3.2 and later; requirements/ci.txt pins 3.8.0): a worker out of
 # tests takes half of the other's queue, so a long subprocess test does not leave one idle at the end.
+# PYTHONDONTWRITEBYTECODE emptied (some images set it): else every pytest process — the two workers
+# and the sessions the tests start — rewrites the asserts of every module of the pytest plugins'
+# distributions (the harness's, hypothesis') again, and every process compiles the harness's
+# sources again, where a cache written once serves the rest.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal
 
 clean:
 	rm -rf $(VENV) $(OUT)
