@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -224,7 +225,7 @@ def check_run_options(jobs=1, timeout=DEFAULT_TIMEOUT, threads=None, gpus=()) ->
     shown = ",".join(map(str, gpus))
     if any(not isinstance(g, int) or g < 0 for g in gpus):
         raise UsageError(f"--gpus {shown}: GPU indices are integers >= 0")
-    twice = sorted({g for g in gpus if list(gpus).count(g) > 1})
+    twice = sorted(g for g, n in Counter(gpus).items() if n > 1)
     if twice:       # worker k goes to GPU k mod N: a repeated index would double one GPU's share
         raise UsageError(f"--gpus {shown}: GPU {', '.join(map(str, twice))} given more than once")
 

@@ -31,8 +31,8 @@ def cmd_run(args) -> int:
         if value is not None:
             raise UsageError(f"{flag} applies to --cases hypothesis")
     check_output_file("--junit", args.junit)
-    check_run_options(args.jobs, args.timeout, args.threads)
     gpus = parse_gpus(args.gpus)
+    check_run_options(args.jobs, args.timeout, args.threads, gpus)
     impls = load_impls(args.impl, args.timeout, args.device)
     p = plan(impls, args.cases, args.device, args.budgets, args.baseline, args.golden, args.reference_backend,
              parse_shard(args.shard), args.shard_by or "case", args.repeats, nondeterminism(args))
