@@ -5,6 +5,13 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 OUT     ?= out
 
+# Python writes bytecode in every recipe, whatever the image sets (this one sets
+# PYTHONDONTWRITEBYTECODE=1): the installs below compile none (--no-compile, as uv does), so the
+# first process to import a module writes its bytecode and later ones read it. Without this, every
+# pytest process — the two workers and the sessions the tests start — would also rewrite the
+# asserts of every module of the pytest plugins' distributions (the harness's, hypothesis') again.
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: run test install clean
 
 $(BIN)/python:
@@ -12,8 +19,8 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml requirements/ci.txt
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c requirements/ci.txt torch
-	$(BIN)/pip install -q -c requirements/ci.txt -e '.[dev,hf]'
+	$(BIN)/pip install -q --no-compile -c requirements/ci.txt torch
+	$(BIN)/pip install -q --no-compile -c requirements/ci.txt -e '.[dev,hf]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,12 +31,8 @@ run: $(STAMP)
 
 # --dist worksteal (pytest-xdist 3.2 and later; requirements/ci.txt pins 3.8.0): a worker out of
 # tests takes half of the other's queue, so a long subprocess test does not leave one idle at the end.
-# PYTHONDONTWRITEBYTECODE emptied (some images set it): else every pytest process — the two workers
-# and the sessions the tests start — rewrites the asserts of every module of the pytest plugins'
-# distributions (the harness's, hypothesis') again, and every process compiles the harness's
-# sources again, where a cache written once serves the rest.
 test: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal
 
 clean:
 	rm -rf $(VENV) $(OUT)
