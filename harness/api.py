@@ -31,7 +31,7 @@ from harness.reports.schema import gated_columns, missing_columns
 from harness.reports.summary import summarize
 from harness.runner import Sweep, SweepResult, run_sweep
 from harness.schedule import shard
-from harness.worker import DEFAULT_TIMEOUT
+from harness.worker import DEFAULT_TIMEOUT, base_env, visible_gpus
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -228,6 +228,15 @@ def check_run_options(jobs=1, timeout=DEFAULT_TIMEOUT, threads=None, gpus=()) ->
     twice = sorted(g for g, n in Counter(gpus).items() if n > 1)
     if twice:       # worker k goes to GPU k mod N: a repeated index would double one GPU's share
         raise UsageError(f"--gpus {shown}: GPU {', '.join(map(str, twice))} given more than once")
+    seen = visible_gpus() if gpus else []
+    beyond = sorted(g for g in set(gpus) if g >= len(seen))
+    if beyond:      # its workers would see no GPU
+        listed = base_env().get("CUDA_VISIBLE_DEVICES")
+        where = f"CUDA_VISIBLE_DEVICES={listed!r}" if listed is not None else "the machine's"
+        n = len(seen)
+        sees = "no GPU" if n == 0 else f"{n} GPU{'s' if n > 1 else ''}, numbered from 0"
+        raise UsageError(f"--gpus {shown}: this command sees {sees} ({where}); "
+                         f"{', '.join(map(str, beyond))} {'is' if len(beyond) == 1 else 'are'} not among them")
 
 
 def run_plan(p: Plan, out=None, *, resume=False, jobs=1, timeout=DEFAULT_TIMEOUT, isolate="auto", threads=None,

@@ -68,13 +68,8 @@ def gpu_list(env) -> list[str]:
     even empty), else 0..torch.cuda.device_count()-1 (counted through NVML, so CUDA stays uninitialised)."""
     if env.get(GPUS_ENV, "").strip():
         return _split(env[GPUS_ENV])
-    if "CUDA_VISIBLE_DEVICES" in env:
-        return _split(env["CUDA_VISIBLE_DEVICES"])
-    import importlib.util
-    if importlib.util.find_spec("torch") is None:
-        return []
-    import torch
-    return [str(i) for i in range(torch.cuda.device_count())]
+    from harness.worker import visible_gpus
+    return visible_gpus(env)
 
 
 def worker_gpu(env) -> str | None:

@@ -68,24 +68,53 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def worker_env(threads: int, compile_threads: int, gpu: int | None) -> dict:
+def visible_gpus(env: dict | None = None) -> list[str]:
+    """The GPUs a process of this environment (by default the command's) sees, in CUDA's order —
+    cuda:0 first —, each as a value of CUDA_VISIBLE_DEVICES: that variable's entries where it is
+    set (even empty: none; an index, a UUID or a MIG id each), else 0..N-1 for the N GPUs of
+    torch.cuda.device_count() (counted through NVML where it can, so CUDA stays uninitialised)."""
+    env = base_env() if env is None else env
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return [g.strip() for g in env["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        return []
+    import torch
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def gpu_device(index: int, env: dict | None = None) -> str:
+    """GPU `index` of `--gpus` (cuda:INDEX as the command sees it) as a worker's CUDA_VISIBLE_DEVICES:
+    the entry at that place of the command's own CUDA_VISIBLE_DEVICES where it is set (a Slurm or
+    container allocation: GPU 0 is the first allocated, not the machine's first), else the index.
+    IndexError past its entries (check_run_options says so in one line)."""
+    env = base_env() if env is None else env
+    if "CUDA_VISIBLE_DEVICES" not in env:
+        return str(index)
+    return visible_gpus(env)[index]
+
+
+def worker_env(threads: int, compile_threads: int, gpu: str | None) -> dict:
     """A worker's environment: its OpenMP team (its share of the cores), told to sleep rather than
     spin while it waits (OMP_WAIT_POLICY=PASSIVE: on a shared 2-core CI box a spinning team of every
-    core ran quick 3-4 times slower), its share of the cores for Inductor's compile pool, its GPU."""
+    core ran quick 3-4 times slower), its share of the cores for Inductor's compile pool, its GPU
+    (a value of CUDA_VISIBLE_DEVICES: gpu_device)."""
     env = base_env()
     env["OMP_NUM_THREADS"] = str(threads)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     return env
 
 
 def sweep_envs(jobs: int, threads: int | None, gpus: tuple[int, ...] = ()) -> list[dict]:
-    """The environments of a sweep's first workers, worker k's at k (harness.runner's)."""
+    """The environments of a sweep's first workers, worker k's at k (harness.runner's): worker k on
+    GPU gpus[k mod len(gpus)] of those the command sees (gpu_device)."""
     jobs = max(1, jobs)
     share = max(1, cores() // jobs)
-    return [worker_env(threads or share, share, gpus[k % len(gpus)] if gpus else None) for k in range(jobs)]
+    return [worker_env(threads or share, share, gpu_device(gpus[k % len(gpus)]) if gpus else None)
+            for k in range(jobs)]
 
 
 # Started, importing, not yet given settings.

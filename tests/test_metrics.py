@@ -318,3 +318,33 @@ def test_unravel_is_torchs_row_major_index_at_every_position(shape):
 def test_unravel_of_a_0d_shape_is_the_empty_index():
     assert unravel(0, ()) == ()
     assert unravel(0, torch.Size([])) == ()
+
+
+RACE = """
+import importlib, threading, time
+import harness.references.metrics as M
+real, started = importlib.import_module, threading.Event()
+
+def slow_import(name, *a):           # the first thread is inside the folder's imports...
+    started.set()
+    time.sleep(0.05)
+    return real(name, *a)
+
+M.importlib = type("I", (), {"import_module": staticmethod(slow_import)})
+got = {}
+first = threading.Thread(target=lambda: got.__setitem__("first", list(M.registry())))
+first.start()
+started.wait()
+got["second"] = list(M.registry())   # ...when the second asks
+first.join()
+print(got["first"] == got["second"], len(got["second"]))
+"""
+
+
+def test_a_thread_asking_during_discovery_sees_every_metric():
+    """A sweep's worker threads may ask for the registry first at once: the second must wait for the
+    first's imports (it got a partial registry, and rendered a results.csv row one column short)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", str(len(registry()))]

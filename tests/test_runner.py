@@ -31,7 +31,7 @@ HEADER = "impl,rounding,dtype,output,reference,regime,metric,budget\n"
 
 def test_worker_env_pins_threads_and_gpu(monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
-    env = worker_env(1, 3, 1)
+    env = worker_env(1, 3, "1")
     assert env["OMP_NUM_THREADS"] == "1" and env["TORCHINDUCTOR_COMPILE_THREADS"] == "3"
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
     assert "CUDA_VISIBLE_DEVICES" not in worker_env(2, 1, None) or os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.worker import worker_env
+from harness.worker import gpu_device, visible_gpus
 
 SUITE = """
 [[group]]
@@ -32,30 +32,52 @@ def suite(tmp_path):
     return str(f)
 
 
-def test_worker_env_pins_one_gpu():
-    assert worker_env(1, 4, 3)["CUDA_VISIBLE_DEVICES"] == "3"
-    assert worker_env(2, 4, None).get("OMP_NUM_THREADS") == "2"
+def test_gpu_indices_count_among_the_gpus_the_command_sees():
+    """--gpus K is cuda:K as the command sees it: under an allocation (CUDA_VISIBLE_DEVICES set, by
+    index, UUID or MIG id) the K-th entry, never the machine's GPU K, which is another job's."""
+    allocated = {"CUDA_VISIBLE_DEVICES": "4, GPU-8f2c,MIG-1a2b"}
+    assert visible_gpus(allocated) == ["4", "GPU-8f2c", "MIG-1a2b"]
+    assert [gpu_device(k, allocated) for k in (0, 1, 2)] == ["4", "GPU-8f2c", "MIG-1a2b"]
+    with pytest.raises(IndexError):
+        gpu_device(3, allocated)
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []                 # set and empty: none
+    assert gpu_device(5, {}) == "5"                                         # unset: the machine's own numbering
+    assert visible_gpus({}) == []                                           # a CPU build counts none
 
 
 def test_jobs_spread_over_the_gpus_by_compile_key(tmp_path, monkeypatch, suite):
+    """Two of three allocated GPUs (simulated on the CPU: the probe reports its CUDA_VISIBLE_DEVICES)."""
     (tmp_path / "probe_mod.py").write_text(textwrap.dedent(PROBE))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7,9")
     out = tmp_path / "out"
     assert main(["run", "--impl", "probe=probe_mod:make", "--cases", suite, "--device", "cpu", "--jobs", "2",
-                 "--gpus", "0,1", "--out", str(out), "--no-report"]) == 1          # only skips: nothing verified
+                 "--gpus", "2,0", "--out", str(out), "--no-report"]) == 1          # only skips: nothing verified
     df = pd.read_csv(out / "results.csv", dtype={"case_id": str})
     assert set(df["status"]) == {"skip"} and df["case_id"].nunique() == 6
     where = df.drop_duplicates("case_id").assign(
-        gpu=lambda d: d["reason"].str.extract(r"gpu=(\d)")[0], pid=lambda d: d["reason"].str.extract(r"pid=(\d+)")[0],
+        gpu=lambda d: d["reason"].str.extract(r"gpu=(\S+) ")[0], pid=lambda d: d["reason"].str.extract(r"pid=(\d+)")[0],
         key=lambda d: d["hidden"].astype(str) + d["dtype"])
-    assert set(where["gpu"]) == {"0", "1"} and where["pid"].nunique() == 2        # two workers, two GPUs
+    assert set(where["gpu"]) == {"9", "5"} and where["pid"].nunique() == 2        # two workers, two GPUs
     assert (where.groupby("key")["gpu"].nunique() == 1).all()                    # a compile key on one worker
     assert (where.groupby("gpu")["pid"].nunique() == 1).all()
 
 
-def test_gpus_flag_is_checked(suite, capsys):
-    assert main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--gpus", "0,x"]) == 2
-    assert "--gpus" in capsys.readouterr().err
+@pytest.mark.parametrize("visible, gpus, says", [
+    (None, "0,x", "--gpus '0,x': expected GPU indices, e.g. 0,1"),
+    ("5,7", "0,2", "--gpus 0,2: this command sees 2 GPUs, numbered from 0 (CUDA_VISIBLE_DEVICES='5,7'); "
+                   "2 is not among them"),
+    ("", "0", "--gpus 0: this command sees no GPU (CUDA_VISIBLE_DEVICES=''); 0 is not among them"),
+    (None, "1,0", "--gpus 1,0: this command sees no GPU (the machine's); 0, 1 are not among them"),
+])
+def test_gpus_flag_is_checked(suite, capsys, monkeypatch, tmp_path, visible, gpus, says):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    out = tmp_path / "out"
+    assert main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--gpus", gpus, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"harness: error: {says}\n" and not out.exists()
 
 
 def run_shard(suite, out, k, n):

@@ -66,8 +66,11 @@ def _prespawn(args) -> None:
     # (harness.impls.registry.load_plugin)
     if any("=" in s for s in args.impl) and os.getcwd() not in path and "" not in path:
         path.insert(0, os.getcwd())
-    prespawn(sweep_envs(args.jobs, args.threads, gpus)[:max(cores(), len(gpus))],
-             preload=builtin_names(args.impl), cuda=args.device != "cpu", path=path)
+    try:
+        envs = sweep_envs(args.jobs, args.threads, gpus)
+    except IndexError:
+        return                                   # a GPU it does not see: the command says why
+    prespawn(envs[:max(cores(), len(gpus))], preload=builtin_names(args.impl), cuda=args.device != "cpu", path=path)
 
 
 def builtin_names(specs: list[str]) -> tuple[str, ...]:

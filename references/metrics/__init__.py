@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import math
 import pkgutil
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -65,6 +66,10 @@ class Metric:
 
 _REGISTRY: dict[str, Metric] = {}
 _DISCOVERED: list[bool] = []
+# A sweep's threads (one per worker) may ask for the first time at once: the one that waits must not
+# see the folder half imported — results.csv's columns are the metrics', and a row rendered from a
+# partial registry lacked one, shifting every later cell of it under the header.
+_DISCOVERING = threading.RLock()
 
 
 def register(metric: Metric) -> Metric:
@@ -73,11 +78,14 @@ def register(metric: Metric) -> Metric:
 
 
 def registry() -> dict[str, Metric]:
-    """Every metric of this folder (and any registered since), in registration order."""
+    """Every metric of this folder (and any registered since), in registration order: the folder's
+    in name order, whichever thread asks first, and every thread sees them all."""
     if not _DISCOVERED:
-        _DISCOVERED.append(True)
-        for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            importlib.import_module(f"{__name__}.{m.name}")
+        with _DISCOVERING:
+            if not _DISCOVERED:
+                for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+                    importlib.import_module(f"{__name__}.{m.name}")
+                _DISCOVERED.append(True)
     return dict(_REGISTRY)
 
 
