@@ -42,7 +42,12 @@ def test_gpu_indices_count_among_the_gpus_the_command_sees():
         gpu_device(3, allocated)
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []                 # set and empty: none
     assert gpu_device(5, {}) == "5"                                         # unset: the machine's own numbering
-    assert visible_gpus({}) == []                                           # a CPU build counts none
+
+
+def test_unset_the_machine_counts(monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert visible_gpus({}) == ["0", "1"]
 
 
 def test_jobs_spread_over_the_gpus_by_compile_key(tmp_path, monkeypatch, suite):
@@ -68,9 +73,11 @@ def test_jobs_spread_over_the_gpus_by_compile_key(tmp_path, monkeypatch, suite):
     ("5,7", "0,2", "--gpus 0,2: this command sees 2 GPUs, numbered from 0 (CUDA_VISIBLE_DEVICES='5,7'); "
                    "2 is not among them"),
     ("", "0", "--gpus 0: this command sees no GPU (CUDA_VISIBLE_DEVICES=''); 0 is not among them"),
-    (None, "1,0", "--gpus 1,0: this command sees no GPU (the machine's); 0, 1 are not among them"),
+    (None, "3,0,2", "--gpus 3,0,2: this command sees 2 GPUs, numbered from 0 (the machine's); 2, 3 are not among them"),
 ])
 def test_gpus_flag_is_checked(suite, capsys, monkeypatch, tmp_path, visible, gpus, says):
+    import torch
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)             # where CUDA_VISIBLE_DEVICES is unset
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     if visible is not None:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
