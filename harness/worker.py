@@ -68,14 +68,33 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def cuda_visible(value: str) -> list[str]:
+    """The devices a CUDA_VISIBLE_DEVICES value leaves visible, read as CUDA reads it: a list of
+    ordinals (each stripped), of GPU- UUIDs or of MIG- ids, whichever kind the value starts with;
+    the first entry not of that kind (an empty one, a -1, a UUID after ordinals) ends the list, and
+    an entry given twice leaves no device visible."""
+    entries = value.split(",")
+    kind = next((k for k in ("GPU-", "MIG-") if value.startswith(k)), None)
+    seen: list[str] = []
+    for e in entries:
+        e = e if kind else e.strip()
+        if not (e.startswith(kind) if kind else e.isdigit()):
+            break
+        e = e if kind else str(int(e))
+        if e in seen:
+            return []
+        seen.append(e)
+    return seen
+
+
 def visible_gpus(env: dict | None = None) -> list[str]:
-    """The GPUs a process of this environment (by default the command's) sees, in CUDA's order —
-    cuda:0 first —, each as a value of CUDA_VISIBLE_DEVICES: that variable's entries where it is
-    set (even empty: none; an index, a UUID or a MIG id each), else 0..N-1 for the N GPUs of
+    """The GPUs the command (`env`: its environment, by default as it started) sees, in CUDA's
+    order — cuda:0 first —, each as a value of CUDA_VISIBLE_DEVICES: that variable's devices where
+    it is set (cuda_visible; even empty: none), else 0..N-1 for this process's
     torch.cuda.device_count() (counted through NVML where it can, so CUDA stays uninitialised)."""
     env = base_env() if env is None else env
     if "CUDA_VISIBLE_DEVICES" in env:
-        return [g.strip() for g in env["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
+        return cuda_visible(env["CUDA_VISIBLE_DEVICES"])
     import importlib.util
     if importlib.util.find_spec("torch") is None:
         return []
@@ -85,10 +104,13 @@ def visible_gpus(env: dict | None = None) -> list[str]:
 
 def gpu_device(index: int, env: dict | None = None) -> str:
     """GPU `index` of `--gpus` (cuda:INDEX as the command sees it) as a worker's CUDA_VISIBLE_DEVICES:
-    the entry at that place of the command's own CUDA_VISIBLE_DEVICES where it is set (a Slurm or
-    container allocation: GPU 0 is the first allocated, not the machine's first), else the index.
-    IndexError past its entries (check_run_options says so in one line)."""
+    the device at that place of the command's own CUDA_VISIBLE_DEVICES where it is set (a Slurm or
+    container allocation: GPU 0 is the first allocated, not the machine's first), else the index,
+    unchecked (counting the machine's GPUs needs torch: check_run_options does it). IndexError for
+    a negative index or one past the variable's devices (check_run_options says so in one line)."""
     env = base_env() if env is None else env
+    if index < 0:
+        raise IndexError(f"GPU index {index}")
     if "CUDA_VISIBLE_DEVICES" not in env:
         return str(index)
     return visible_gpus(env)[index]
@@ -113,7 +135,8 @@ def sweep_envs(jobs: int, threads: int | None, gpus: tuple[int, ...] = ()) -> li
     GPU gpus[k mod len(gpus)] of those the command sees (gpu_device)."""
     jobs = max(1, jobs)
     share = max(1, cores() // jobs)
-    return [worker_env(threads or share, share, gpu_device(gpus[k % len(gpus)]) if gpus else None)
+    devices = [gpu_device(g) for g in gpus]           # every index checked, not only the first jobs'
+    return [worker_env(threads or share, share, devices[k % len(devices)] if devices else None)
             for k in range(jobs)]
 
 

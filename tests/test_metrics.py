@@ -334,7 +334,7 @@ M.importlib = type("I", (), {"import_module": staticmethod(slow_import)})
 got = {}
 first = threading.Thread(target=lambda: got.__setitem__("first", list(M.registry())))
 first.start()
-started.wait()
+assert started.wait(30), "registry() no longer imports through the package's importlib"
 got["second"] = list(M.registry())   # ...when the second asks
 first.join()
 print(got["first"] == got["second"], len(got["second"]))
@@ -346,5 +346,6 @@ def test_a_thread_asking_during_discovery_sees_every_metric():
     first's imports (it got a partial registry, and rendered a results.csv row one column short)."""
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, check=True,
+                         timeout=120).stdout.split()
     assert out == ["True", str(len(registry()))]

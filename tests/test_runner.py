@@ -296,13 +296,15 @@ def test_cases_given_as_objects_are_checked_and_each_runs_once():
         plan(["torch"], cases=[a, "quick"], device="cpu")
 
 
-def test_the_api_refuses_what_the_command_line_refuses_in_gpus(tmp_path):
+def test_the_api_refuses_what_the_command_line_refuses_in_gpus(tmp_path, monkeypatch):
     """run_plan checks its GPU list as --gpus does: a repeated index would double one GPU's share
-    silently (worker k on GPU k mod N), a negative one names no GPU."""
+    silently (worker k on GPU k mod N), a negative one names no GPU, nor one past those it sees."""
     from harness.api import plan, run_plan
     from harness.references.errors import UsageError
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
     p = plan(["torch"], "quick", "cpu")
-    for gpus, said in (((0, 1, 0), "GPU 0 given more than once"), ((-1,), "integers >= 0")):
+    for gpus, said in (((0, 1, 0), "GPU 0 given more than once"), ((-1,), "integers >= 0"),
+                       ((1, 2), "sees 2 GPUs, numbered from 0 .CUDA_VISIBLE_DEVICES='3,1'.; 2 is not among them")):
         with pytest.raises(UsageError, match=said):
             run_plan(p, tmp_path / "o", jobs=2, gpus=gpus)
         assert not (tmp_path / "o" / "results.csv").exists()

@@ -35,13 +35,30 @@ def suite(tmp_path):
 def test_gpu_indices_count_among_the_gpus_the_command_sees():
     """--gpus K is cuda:K as the command sees it: under an allocation (CUDA_VISIBLE_DEVICES set, by
     index, UUID or MIG id) the K-th entry, never the machine's GPU K, which is another job's."""
-    allocated = {"CUDA_VISIBLE_DEVICES": "4, GPU-8f2c,MIG-1a2b"}
-    assert visible_gpus(allocated) == ["4", "GPU-8f2c", "MIG-1a2b"]
-    assert [gpu_device(k, allocated) for k in (0, 1, 2)] == ["4", "GPU-8f2c", "MIG-1a2b"]
-    with pytest.raises(IndexError):
-        gpu_device(3, allocated)
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []                 # set and empty: none
+    allocated = {"CUDA_VISIBLE_DEVICES": "4, 6,2"}
+    assert visible_gpus(allocated) == ["4", "6", "2"]
+    assert [gpu_device(k, allocated) for k in (0, 1, 2)] == ["4", "6", "2"]
+    for bad in (3, -1):
+        with pytest.raises(IndexError):
+            gpu_device(bad, allocated)
     assert gpu_device(5, {}) == "5"                                         # unset: the machine's own numbering
+    with pytest.raises(IndexError):
+        gpu_device(-1, {})
+
+
+@pytest.mark.parametrize("value, seen", [
+    ("GPU-8f2c,GPU-77aa", ["GPU-8f2c", "GPU-77aa"]),
+    ("MIG-1a2b", ["MIG-1a2b"]),
+    ("", []),                               # set and empty: none
+    ("-1", []),                             # the usual way to hide every GPU
+    ("0,-1,1", ["0"]),                      # the first invalid entry ends the list
+    ("0,,1", ["0"]),
+    ("3,GPU-8f2c", ["3"]),                  # one kind per list
+    ("GPU-8f2c, GPU-77aa", ["GPU-8f2c"]),   # a UUID is not stripped
+    ("1,0,1", []),                          # a device twice: none
+])
+def test_cuda_visible_devices_read_as_cuda_reads_it(value, seen):
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}) == seen
 
 
 def test_unset_the_machine_counts(monkeypatch):
@@ -75,14 +92,15 @@ def test_jobs_spread_over_the_gpus_by_compile_key(tmp_path, monkeypatch, suite):
     ("", "0", "--gpus 0: this command sees no GPU (CUDA_VISIBLE_DEVICES=''); 0 is not among them"),
     (None, "3,0,2", "--gpus 3,0,2: this command sees 2 GPUs, numbered from 0 (the machine's); 2, 3 are not among them"),
 ])
-def test_gpus_flag_is_checked(suite, capsys, monkeypatch, tmp_path, visible, gpus, says):
+@pytest.mark.parametrize("cmd", ["run", "identify"])
+def test_gpus_flag_is_checked(suite, capsys, monkeypatch, tmp_path, visible, gpus, says, cmd):
     import torch
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)             # where CUDA_VISIBLE_DEVICES is unset
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     if visible is not None:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     out = tmp_path / "out"
-    assert main(["run", "--impl", "torch", "--cases", suite, "--device", "cpu", "--gpus", gpus, "--out", str(out)]) == 2
+    assert main([cmd, "--impl", "torch", "--cases", suite, "--device", "cpu", "--gpus", gpus, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err == f"harness: error: {says}\n" and not out.exists()
 

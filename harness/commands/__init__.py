@@ -66,10 +66,12 @@ def _prespawn(args) -> None:
     # (harness.impls.registry.load_plugin)
     if any("=" in s for s in args.impl) and os.getcwd() not in path and "" not in path:
         path.insert(0, os.getcwd())
+    if len(set(gpus)) < len(gpus):
+        return                                   # a GPU given twice: the command says why
     try:
         envs = sweep_envs(args.jobs, args.threads, gpus)
     except IndexError:
-        return                                   # a GPU it does not see: the command says why
+        return                                   # a GPU it does not see, or a negative index: likewise
     prespawn(envs[:max(cores(), len(gpus))], preload=builtin_names(args.impl), cuda=args.device != "cpu", path=path)
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from harness.api import check_run_options, plan, run_plan
 from harness.commands import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Progress, err
-from harness.commands.common import load_impls
+from harness.commands.common import load_impls, parse_gpus
 from harness.references.errors import UsageError
 from harness.references.mathclass import CLASSES
 from harness.references.models import builtin_models
@@ -46,7 +46,8 @@ def cmd_identify(args) -> int:
     names = tuple(builtin_models())
     # which model fits is a question about the first call's values: whether a later call repeats
     # them is the gate's (harness run), not this command's
-    check_run_options(args.jobs, args.timeout, args.threads)
+    gpus = parse_gpus(args.gpus)
+    check_run_options(args.jobs, args.timeout, args.threads, gpus)
     impls = load_impls(args.impl, args.timeout, args.device)
     p = plan(impls, args.cases, args.device, args.budgets, None, args.golden, args.reference_backend,
              repeats=0, allow_nondeterministic=True)
@@ -56,7 +57,7 @@ def cmd_identify(args) -> int:
     err(f"harness: identify {p.impls[0].name}: {len(p.cases)} cases against {', '.join(names)}, each at "
         f"{', '.join(c.label for c in CLASSES)} math, on {p.settings.device}")
     res = run_plan(p, args.out, jobs=args.jobs, timeout=args.timeout, isolate=args.isolate, threads=args.threads,
-                   progress=Progress(), log=err)
+                   gpus=gpus, progress=Progress(), log=err)
     if res.frame.empty:
         raise UsageError("identify: no results")
     code, lines, verdicts = format_identify(res.frame)

@@ -68,8 +68,10 @@ _REGISTRY: dict[str, Metric] = {}
 _DISCOVERED: list[bool] = []
 # A sweep's threads (one per worker) may ask for the first time at once: the one that waits must not
 # see the folder half imported — results.csv's columns are the metrics', and a row rendered from a
-# partial registry lacked one, shifting every later cell of it under the header.
-_DISCOVERING = threading.RLock()
+# partial registry lacked one, shifting every later cell of it under the header. A plain lock: a
+# metric module that asked for the registry while being imported would hang here, not go on with
+# a partial one.
+_DISCOVERING = threading.Lock()
 
 
 def register(metric: Metric) -> Metric:
@@ -79,7 +81,8 @@ def register(metric: Metric) -> Metric:
 
 def registry() -> dict[str, Metric]:
     """Every metric of this folder (and any registered since), in registration order: the folder's
-    in name order, whichever thread asks first, and every thread sees them all."""
+    in name order, whichever thread asks first, and every thread sees them all. A metric module must
+    not call registry() or get() while it is imported."""
     if not _DISCOVERED:
         with _DISCOVERING:
             if not _DISCOVERED:
