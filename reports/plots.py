@@ -11,6 +11,7 @@ import base64
 import io
 import json
 import os
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -104,49 +105,71 @@ def ulp_bins(v: np.ndarray) -> np.ndarray:
     return np.bincount(np.searchsorted(EDGES, v, side="left"), minlength=len(EDGES))
 
 
-def histograms(d: pd.DataFrame) -> list[dict]:
-    """Grid of out_dtype (rows) x output (columns); in each panel one step histogram per
+@dataclass(frozen=True)
+class HistogramGrid:
+    """What the ULP histograms' figures share — one figure per output dtype, drawn apart (each in a
+    child of its own: harness.reports.html) — so that each implementation keeps one colour and every
+    figure one x axis."""
+    dtypes: list                 # one figure each, in report order
+    outputs: list                # one panel each, in every figure
+    lines: list                  # (impl, "exact" | "model"): one step line each
+    colour: dict                 # impl -> matplotlib colour
+    counts: dict                 # (out_dtype, output, impl, ref) -> per-bin row counts
+    bins: int                    # bins shown (at least 4, up to the last non-empty one)
+    budget_bins: dict            # (out_dtype, output) -> the bins of its finite ULP budgets
+
+
+def histogram_grid(d: pd.DataFrame) -> HistogramGrid | None:
+    """The shared layout of d's rows with a max_ulp; None where there are none."""
+    d = d[d["max_ulp"].notna()]
+    if d.empty:
+        return None
+    d = d.assign(_ref=np.where(d["reference"] == "exact", "exact", "model"))
+    lines = list(sort_keys(d[["impl", "_ref"]].drop_duplicates(), ["impl", "_ref"]).itertuples(index=False, name=None))
+    colour = {impl: f"C{k % 10}" for k, impl in enumerate(dict.fromkeys(impl for impl, _ in lines))}
+    counts = {k: ulp_bins(g["max_ulp"].to_numpy()) for k, g in d.groupby(["out_dtype", "output", "impl", "_ref"])}
+    nb = max(4, max(int(np.flatnonzero(c).max()) + 1 for c in counts.values()))
+    # an infinite budget means "not gated": no line for it; budgets in one bin are one line
+    ulp_b = d[(d["budget_metric"] == "ulp") & np.isfinite(d["budget"])]
+    budget_bins = {k: sorted({int(b) for b in np.searchsorted(EDGES, v, side="left")})
+                   for k, v in ulp_b.groupby(["out_dtype", "output"])["budget"].unique().items()}
+    return HistogramGrid(_ordered(d, "out_dtype"), _ordered(d, "output"), lines, colour, counts, nb, budget_bins)
+
+
+def histogram_figure(grid: HistogramGrid, dt: str) -> dict:
+    """One output dtype's row of panels (one per output); in each panel one step histogram per
     implementation and reference kind (solid: exact, dotted: its declared model) of per-row max_ulp
     (results.csv holds per-row reductions, not elements), as a fraction of those rows. Dashed red:
     finite ULP budgets."""
-    d = d[d["max_ulp"].notna()]
-    if d.empty:
-        return []
-    dts, outs = _ordered(d, "out_dtype"), _ordered(d, "output")
-    d = d.assign(_ref=np.where(d["reference"] == "exact", "exact", "model"))
-    lines = sort_keys(d[["impl", "_ref"]].drop_duplicates(), ["impl", "_ref"])
-    colour = {impl: f"C{k % 10}" for k, impl in enumerate(dict.fromkeys(lines["impl"]))}
-    counts = {k: ulp_bins(g["max_ulp"].to_numpy()) for k, g in d.groupby(["out_dtype", "output", "impl", "_ref"])}
-    nb = max(4, max(int(np.flatnonzero(c).max()) + 1 for c in counts.values()))
-    # an infinite budget means "not gated": no line for it
-    ulp_b = d[(d["budget_metric"] == "ulp") & np.isfinite(d["budget"])]
-    budgets = ulp_b.groupby(["out_dtype", "output"])["budget"].unique()
+    outs, lines, nb = grid.outputs, grid.lines, grid.bins
     legend_in = 0.3 + 0.2 * -(-len(lines) // 6)            # inches the legend rows need on top
-    height = 1.9 * len(dts) + 0.7 + legend_in
+    height = 2.6 + legend_in
     fig = Figure(figsize=(2.9 * len(outs) + 0.4, height), dpi=80)
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.6 / height + 0.01, top=1 - legend_in / height,
-                        hspace=0.45, wspace=0.2)
-    axes = fig.subplots(len(dts), len(outs), squeeze=False, sharex=True)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.6 / height + 0.01, top=1 - legend_in / height, wspace=0.2)
+    axes = fig.subplots(1, len(outs), squeeze=False)[0]
     x = np.arange(nb)
-    for i, dt in enumerate(dts):
-        for j, out in enumerate(outs):
-            ax = axes[i][j]
-            for impl, ref in lines.itertuples(index=False):
-                c = counts.get((dt, out, impl, ref))
-                if c is not None:
-                    ax.step(x, c[:nb] / c.sum(), where="mid", color=colour[impl], lw=1.3,
-                            ls="-" if ref == "exact" else ":")
-            for b in budgets.get((dt, out), []):
-                ax.axvline(np.searchsorted(EDGES, b, side="left"), color="#c0392b", ls="--", lw=1)
-            ax.set_title(text(f"{dt} {out}"), fontsize=9, y=TITLE_Y)
-            ax.tick_params(labelsize=7)
     step = 1 if nb <= 10 else 2        # every other label when the axis is crowded
-    for ax in axes[-1]:
+    for ax, out in zip(axes, outs):
+        for impl, ref in lines:
+            c = grid.counts.get((dt, out, impl, ref))
+            if c is not None:
+                ax.step(x, c[:nb] / c.sum(), where="mid", color=grid.colour[impl], lw=1.3,
+                        ls="-" if ref == "exact" else ":")
+        for b in grid.budget_bins.get((dt, out), []):
+            ax.axvline(b, color="#c0392b", ls="--", lw=1)
+        ax.set_title(text(f"{dt} {out}"), fontsize=9, y=TITLE_Y)
+        ax.tick_params(labelsize=7)
         ax.set_xticks(x[::step], LABELS[:nb:step], rotation=60)
-    keys = [Line2D([], [], color=colour[impl], ls="-" if ref == "exact" else ":", label=text(f"{impl} vs {ref}"))
-            for impl, ref in lines.itertuples(index=False)]
+    keys = [Line2D([], [], color=grid.colour[impl], ls="-" if ref == "exact" else ":", label=text(f"{impl} vs {ref}"))
+            for impl, ref in lines]
     fig.legend(handles=keys, loc="upper center", ncols=min(len(keys), 6), fontsize=8, frameon=False)
-    return [{"title": "max ULP per row, fraction of rows", "img": png(fig)}]
+    return {"title": f"{dt}: max ULP per row, fraction of rows", "img": png(fig)}
+
+
+def histograms(d: pd.DataFrame) -> list[dict]:
+    """Every output dtype's histogram figure (histogram_figure), in report order; [] without rows."""
+    grid = histogram_grid(d)
+    return [] if grid is None else [histogram_figure(grid, dt) for dt in grid.dtypes]
 
 
 def _hidden_bucket(h: pd.Series) -> pd.Series:

@@ -18,7 +18,7 @@ import pytest
 from harness.reports import html as report
 from harness.reports.outputs import RunData, write_outputs
 from harness.reports.summary import summarize
-from tests.report_rows import SECTIONS, bench, frame, render, section, small_frame, text
+from tests.report_rows import SECTIONS, bench, frame, render, row, section, small_frame, text
 
 
 @pytest.fixture
@@ -91,6 +91,30 @@ def test_figures_drawn_in_children_come_back_as_drawn():
     import os
     parent = os.getpid()
     assert plots.in_children({"pid": os.getpid}, plots.FORK_DRAWING_CORES)()["pid"] != parent
+
+
+def test_histograms_one_figure_per_output_dtype_in_order_with_one_colour_each(tmp_path):
+    """Each output dtype's histograms are a figure of their own (drawn beside the others), in the
+    report's dtype order, each implementation one colour in all of them; budgets falling in one bin
+    are one line; the page shows every figure, in that order."""
+    from harness.reports import plots
+    rows = [row(impl, f"c{k}", "y", "pass", ulp=u, dtype=dt, ref=ref, rounding="chain")
+            for k, (impl, dt, u) in enumerate([("B", "fp32", 0.4), ("A", "bf16", 1.0), ("A", "fp32", 3.0),
+                                                ("B", "bf16", 0.2)])
+            for ref in ("exact", "model:chain")]
+    rows[0]["budget"] = 1.5                    # in the bin (1, 2] of the others' 2 against exact: one line
+    d = report.prepare(frame(rows))
+    grid = plots.histogram_grid(d)
+    assert grid.dtypes == ["fp32", "bf16"] and grid.colour == {"A": "C0", "B": "C1"}    # the report's orders
+    assert grid.budget_bins == {("bf16", "y"): [1, 3], ("fp32", "y"): [1, 3]}       # 0.5 vs a model, 2 vs exact
+    figures = plots.histograms(d)
+    assert [f["title"] for f in figures] == ["fp32: max ULP per row, fraction of rows",
+                                             "bf16: max ULP per row, fraction of rows"]
+    assert len({f["img"] for f in figures}) == 2
+    page = render(tmp_path, frame(rows))
+    shown = re.findall(r'alt="max ULP histograms for ([^"]+)"', section(page, "histograms"))
+    assert shown == [f["title"] for f in figures]
+    assert plots.histogram_grid(d[d["max_ulp"].isna()]) is None and plots.histograms(d[d["max_ulp"].isna()]) == []
 
 
 def test_titles_placed_explicitly_draw_the_same_figures(small, monkeypatch):
