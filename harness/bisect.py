@@ -64,9 +64,11 @@ def _git(cwd, *args, check=True) -> subprocess.CompletedProcess:
 # One step: the commit checked out in the worktree, judged by a fresh process.
 
 def run_step(worktree: Path, impl: str, cases: str, device: str, results_root: Path,
-             build: str | None = None, prefix: str = "", paths=(), log: Callable[[str], None] | None = None) -> int:
-    """Judge the commit checked out in `worktree`; results go to results_root/<sha>/, its verdict
-    line to `log` when given."""
+             build: str | None = None, prefix: str = "", paths=(), log: Callable[[str], None] | None = None,
+             budgets: str | None = None) -> int:
+    """Judge the commit checked out in `worktree` (against the budget file `budgets`, an absolute
+    path outside the worktree, where given); results go to results_root/<sha>/, its verdict line to
+    `log` when given."""
     sha = _git(worktree, "rev-parse", "HEAD").stdout.strip()
     out = Path(results_root) / sha
     if out.exists():
@@ -84,6 +86,7 @@ def run_step(worktree: Path, impl: str, cases: str, device: str, results_root: P
         fh.flush()
         cmd = [sys.executable, "-P", "-m", "harness.bisect_judge", "--impl", impl, "--cases", cases,
                "--device", device, "--out", str(out)] + [a for r in roots for a in ("--root", str(r))]
+        cmd += ["--budgets", budgets] if budgets else []
         r = subprocess.run(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
     try:
         v = json.loads((out / "judge.json").read_text())
@@ -139,10 +142,12 @@ def step_main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefix", default="", help="REPO's path inside its work tree")
     p.add_argument("--build")
     p.add_argument("--path", action="append", default=[])
+    p.add_argument("--budgets")
     a = p.parse_args(argv)
     try:
         top = Path(_git(Path.cwd(), "rev-parse", "--show-toplevel").stdout.strip())
-        return run_step(top, a.impl, a.cases, a.device, Path(a.results), a.build, a.prefix, a.path, log=_stderr)
+        return run_step(top, a.impl, a.cases, a.device, Path(a.results), a.build, a.prefix, a.path, log=_stderr,
+                        budgets=a.budgets)
     except KeyboardInterrupt:
         return ABORT
     except Exception as e:                   # never report a harness crash as a bad commit
@@ -178,7 +183,7 @@ def plugin_spec(impl: str) -> str:
                      f"work tree) or an installed entry point's name ({ENTRY_POINT_GROUP})")
 
 
-def _validate(repo_arg: str, good_rev: str, bad_rev: str, impl: str, cases: str):
+def _validate(repo_arg: str, good_rev: str, bad_rev: str, impl: str, cases: str, budgets: str | None = None):
     repo = Path(repo_arg)
     if not repo.is_dir():
         raise UsageError(f"bisect: {repo_arg}: not a directory")
@@ -200,7 +205,11 @@ def _validate(repo_arg: str, good_rev: str, bad_rev: str, impl: str, cases: str)
     load_suite(cases)                        # ... and for a malformed one, before any commit runs
     if Path(cases).suffix == ".toml" or Path(cases).exists():
         cases = str(path.resolve())          # the steps run in the worktree, not here
-    return repo.resolve(), shas["GOOD"], shas["BAD"], prefix, cases, spec
+    if budgets is not None:
+        from harness.budgets import load_budget_file
+        load_budget_file(budgets)            # UsageError for a missing or malformed file, before any commit
+        budgets = str(Path(budgets).resolve())   # this file, as it is here, for every commit
+    return repo.resolve(), shas["GOOD"], shas["BAD"], prefix, cases, spec, budgets
 
 
 def _bisect_run(wt: Path, step_cmd: list[str], log: Callable[[str], None] | None = None) -> str:
@@ -294,10 +303,14 @@ def format_bisection(b: Bisection) -> str:
 
 
 def bisect(repo: str, good_rev: str, bad_rev: str, impl: str, cases: str, device: str = "cpu",
-           build: str | None = None, log: Callable[[str], None] | None = None, paths=()) -> Bisection:
+           build: str | None = None, log: Callable[[str], None] | None = None, paths=(),
+           budgets: str | None = None) -> Bisection:
     """Bisect REPO between GOOD_REV and BAD_REV in a temporary worktree (removed on every way
-    out); step verdicts and git bisect's output stream to `log` as they come."""
-    repo_dir, good, bad, prefix, cases, spec = _validate(repo, good_rev, bad_rev, impl, cases)
+    out); step verdicts and git bisect's output stream to `log` as they come. `budgets`: the budget
+    file every commit is judged against, as `harness run --budgets` (the file given, read from here:
+    a repository that gates on a budget file is bisected against the same budgets, whatever each
+    commit's copy of it says)."""
+    repo_dir, good, bad, prefix, cases, spec, budgets = _validate(repo, good_rev, bad_rev, impl, cases, budgets)
     tmp = Path(tempfile.mkdtemp(prefix="harness-bisect-"))
     wt, results = tmp / "worktree", tmp / "results"
     # -P: the worktree, the steps' working directory, is not put first on the path (a `harness`
@@ -307,6 +320,7 @@ def bisect(repo: str, good_rev: str, bad_rev: str, impl: str, cases: str, device
     step_cmd += ["--prefix", prefix] if prefix else []
     step_cmd += ["--build", build] if build else []
     step_cmd += [a for p in paths for a in ("--path", p)]
+    step_cmd += ["--budgets", budgets] if budgets else []
     found = dict(good_rev=good_rev, bad_rev=bad_rev, good=good, bad=bad)
     try:
         w = _git(repo_dir, "worktree", "add", "--detach", str(wt), good, check=False)
@@ -315,7 +329,7 @@ def bisect(repo: str, good_rev: str, bad_rev: str, impl: str, cases: str, device
             raise UsageError(f"bisect: cannot add a worktree to {repo}: {why}")
 
         def step() -> int:
-            return run_step(wt, spec, cases, device, results, build, prefix, paths, log)
+            return run_step(wt, spec, cases, device, results, build, prefix, paths, log, budgets)
 
         def decided(sha: str) -> dict:
             s = _step(results, sha)

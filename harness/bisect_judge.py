@@ -40,9 +40,10 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def judge(spec: str, cases: str, device: str, out: Path, roots: list[str], timeout: float = PAIR_TIMEOUT) -> int:
+def judge(spec: str, cases: str, device: str, out: Path, roots: list[str], timeout: float = PAIR_TIMEOUT,
+          budgets: str | None = None) -> int:
     """Judge the commit whose code is under `roots`: pair by pair, stopping at the first check over
-    budget. Writes out/judge.json (verdict, why, the file MODULE came from, the deciding check) as
+    budget (the defaults, overridden by the budget file `budgets` where given). Writes out/judge.json (verdict, why, the file MODULE came from, the deciding check) as
     its last act and returns the step code; rows go to out/results.csv."""
     import pandas as pd
 
@@ -65,7 +66,7 @@ def judge(spec: str, cases: str, device: str, out: Path, roots: list[str], timeo
         impl = load_plugin(plugin)
         impl = impl.with_math(math_label) if math_label else impl
         verdict["imported"] = getattr(sys.modules.get(module), "__file__", None) or module
-        p = plan(impl, cases, device)
+        p = plan(impl, cases, device, budgets)
     except UsageError as e:
         drop_spares()
         verdict["why"] = str(e)
@@ -105,9 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(opt, required=True)
     p.add_argument("--root", action="append", default=[])
     p.add_argument("--timeout", type=float, default=PAIR_TIMEOUT)
+    p.add_argument("--budgets")
     a = p.parse_args(argv)
     try:
-        return judge(a.impl, a.cases, a.device, Path(a.out), a.root, a.timeout)
+        return judge(a.impl, a.cases, a.device, Path(a.out), a.root, a.timeout, a.budgets)
     except KeyboardInterrupt:
         return 130
 

@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--path", action="append", default=[],
                     help="import root inside REPO, put first on PYTHONPATH (repeatable; default: src/ if present, and REPO)")
     bi.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    bi.add_argument("--budgets", help="budget file (CSV) every commit is judged against, as run's --budgets "
+                                      "(this file, as it is now, for every commit)")
 
     e = sub.add_parser("exhaustive", help="every finite (x, gate) pair of bf16/fp16 through SiLUGate")
     e.add_argument("--dtype", required=True, choices=["bf16", "fp16"])

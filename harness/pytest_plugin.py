@@ -175,14 +175,27 @@ class _Session:
         self.regen, self.isolate = opt("harness_regen", False), opt("harness_isolate", "auto")
         self.parts = Path(os.environ[PARTS_ENV]) if os.environ.get(PARTS_ENV) else None
         self.out, self.report, self._plans, self._pipes, self._rundir = opt("harness_out", None), [], {}, {}, None
+        self._absent: dict = {}                 # suite -> {implementation's index: why its tests skip}
 
     def plan(self, s: _Suite):
-        from harness.api import plan
+        """The suite's plan (its failure, in one line, in every test of it). With the device left to
+        the machine (auto), an implementation that runs only on devices it lacks (`make.devices`)
+        is left out of the plan and its tests skip, naming why, as CUDA-only tests skip on a
+        machine without CUDA; with the device asked for, every test fails as the command exits 2."""
+        from harness.api import as_implementation, plan, resolve_device
         from harness.references.errors import UsageError
         if s not in self._plans:
+            asked = self.device or s.device or "auto"
             try:
-                self._plans[s] = plan(list(s.impls), s.ref or list(s.cases), self.device or s.device or "auto",
-                                      budgets=None if self.regen else self.budgets, math=s.math)
+                impls = [as_implementation(i) for i in s.impls]
+                device = resolve_device(asked)
+                self._absent[s] = {k: f"harness: {i.name} runs on {'/'.join(i.devices)} only, and this machine's "
+                                      f"device is {device} (--harness-device to insist)"
+                                   for k, i in enumerate(impls)
+                                   if asked == "auto" and not i.unavailable and device not in i.devices}
+                runnable = [i for k, i in enumerate(impls) if k not in self._absent[s]]
+                self._plans[s] = plan(runnable, s.ref or list(s.cases), asked, math=s.math,
+                                      budgets=None if self.regen else self.budgets) if runnable else None
             except UsageError as e:
                 self._plans[s] = e
         if isinstance(self._plans[s], Exception):       # every test of the suite says so, in one line
@@ -192,9 +205,12 @@ class _Session:
     def rows(self, s: _Suite, k: int, case) -> list[dict]:
         from harness.analysis.check import rows as result_rows
         p = self.plan(s)
+        absent = self._absent[s]
+        if k in absent:
+            pytest.skip(absent[k])
         if s not in self._pipes:
             self._pipes[s] = _pipeline(p, self.isolate)
-        rows = result_rows(self._pipes[s].run(case, p.impls[k]))
+        rows = result_rows(self._pipes[s].run(case, p.impls[k - sum(j < k for j in absent)]))
         if self.parts is not None:
             if self._rundir is None:
                 from harness.reports.rundir import RunDir

@@ -188,6 +188,28 @@ def test_good_that_is_already_bad(history, capsys):
     assert_untouched(repo, before)
 
 
+def test_judged_against_the_budget_file_given(history, capsys, tmp_path):
+    """--budgets reaches every commit's judge: with a budget file loose enough for the bf16 SiLU,
+    the regression and BAD are within budget (nothing to bisect); the file is the one given, read
+    once, whatever the commits hold; a malformed one is refused before any commit runs."""
+    repo, c, suite, _ = history
+    before = snapshot(repo)
+    loose = tmp_path / "budgets.csv"
+    loose.write_text("impl,rounding,math,dtype,output,reference,regime,metric,budget\n"
+                     "mine,*,*,*,*,*,*,ulp,1e6\nmine,*,*,*,*,exact,*,scaled,1e6\n")
+    rc = main(["bisect", str(repo), c["regress"], c["head"], "--impl", "mine=mykernel.norm:make",
+               "--cases", str(suite), "--path", "src", "--budgets", str(loose)])
+    out = capsys.readouterr().out
+    assert rc == 1 and f"BAD {c['head']} ({c['head'][:12]}) is within budget; nothing to bisect" in out, out
+    bad = tmp_path / "bad.csv"
+    bad.write_text("impl,rounding,math,dtype,output,reference,regime,metric,budget\nmine,*,*,*,*,*,*,ulp,lots\n")
+    rc = main(["bisect", str(repo), c["regress"], c["head"], "--impl", "mine=mykernel.norm:make",
+               "--cases", str(suite), "--budgets", str(bad)])
+    err = capsys.readouterr().err
+    assert rc == 2 and str(bad) in err and len(err.strip().splitlines()) == 1, err
+    assert_untouched(repo, before)
+
+
 def test_failing_build_is_untestable(history, capsys):
     repo, c, suite, _ = history
     before = snapshot(repo)

@@ -37,6 +37,13 @@ def quits(hidden_size, **kw):
     os._exit(3)
 
 
+def gpu_only(hidden_size, *, eps, zero_centered_gamma, dtype, device):
+    return chain(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
+
+
+gpu_only.devices = ("cuda",)
+
+
 # xhat rounding declared as chain: over the default budgets by a few ULP (what regen is for)
 def xhat_as_chain(hidden_size, *, eps, zero_centered_gamma, dtype, device):
     return xhat(hidden_size, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
@@ -156,6 +163,25 @@ def test_failure_record_skips_isolation_and_out(project, tmp_path):
     assert len(rows) == 6 * 10 and {r["status"] for r in rows} == {"pass", "fail", "skip", "error"}
     assert {(r["impl"], r["case_id"]) for r in rows if r["status"] == "skip"} == {("good", fp16)}
     assert (tmp_path / "out" / "report.html").is_file() and not (tmp_path / "out" / ".parts").exists()
+
+
+def test_a_kernel_for_a_device_the_machine_lacks_skips_unless_the_device_is_asked(project, tmp_path):
+    """`make.devices = ("cuda",)` on a machine without CUDA (here hidden): with the device left to
+    the machine its tests skip, naming why, and the other implementation's tests of the same suite
+    still run; asked for by name (--harness-device cpu), every test of the suite fails in one line,
+    as `harness run --device cpu` exits 2."""
+    test_file = ("import harness.pytest_plugin as hp\n"
+                 f"test_k = hp.suite(['gpu=kern:gpu_only', 'good=kern:good'], cases={str(project / 'tiny.toml')!r})\n")
+    hidden = {"CUDA_VISIBLE_DEVICES": ""}
+    rc, out = session(project, tmp_path, test_file, env=hidden, name="auto")
+    assert rc == 0, out
+    assert re.search(r"^1 passed, 3 skipped in ", out, re.M), out
+    assert len(re.findall(r"^SKIPPED \[\d\] \S+: harness: gpu runs on cuda only, and this machine's device is cpu "
+                          r"\(--harness-device to insist\)$", out, re.M)) == 1, out        # pytest folds the two
+    assert re.search(r"^PASSED test_it.py::test_k\[\w+-bf16_4x64\S*-good\]$", out, re.M), out
+    rc, out = session(project, tmp_path, test_file, "--harness-device", "cpu", env=hidden, name="asked")
+    assert rc == 1 and re.search(r"^4 failed in ", out, re.M), out
+    assert len(re.findall(r"^harness: --impl gpu: unavailable: gpu runs on cuda only, not cpu$", out, re.M)) == 4, out
 
 
 def test_regen_writes_budgets_never_below_the_defaults(project, tmp_path):

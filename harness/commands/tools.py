@@ -71,7 +71,8 @@ def cmd_selftest(args) -> int:
 
 def cmd_bisect(args) -> int:
     from harness.bisect import bisect, format_bisection
-    b = bisect(args.repo, args.good, args.bad, args.impl, args.cases, args.device, args.build, log=err, paths=args.path)
+    b = bisect(args.repo, args.good, args.bad, args.impl, args.cases, args.device, args.build, log=err, paths=args.path,
+               budgets=args.budgets)
     print(format_bisection(b))
     if b.outcome == "found":
         return EXIT_OK
