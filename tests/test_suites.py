@@ -176,3 +176,19 @@ def test_variant_axes_expand_and_drop_what_does_not_divide():
 ])
 def test_variant_rejections(text, needles):
     _raises(text, *needles)
+
+
+def test_the_readme_examples_of_a_suite_and_a_case_are_what_they_say():
+    """README's suite file parses, every case of it; its `replay --case` JSON hashes to the id it
+    is written with."""
+    import re
+    from pathlib import Path
+
+    from harness.cases.params import case_from_json
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    toml = re.search(r"```toml\n(.*?)```", readme, re.S)[1]
+    suite = parse_suite(toml, "README.md")
+    assert suite.name == "mine" and len(suite.cases) > 1
+    assert {c.activation for c in suite.cases} == {"silu", "sigmoid"} and {c.dtype for c in suite.cases} >= {"fp32"}
+    case_id, text = re.search(r"harness replay (\w{12}) --case\s+'(\{.*?\})'", readme, re.S).groups()
+    assert case_from_json(" ".join(text.split())).case_id == case_id
