@@ -163,6 +163,9 @@ class Plan:
     suite: str
     settings: Settings
     baseline: pd.DataFrame | None = None
+    # positions in the implementations given -> why each is not in `impls`: those that run only on
+    # other devices than this one, left out with skip_other_devices (else a usage error)
+    absent: dict = field(default_factory=dict)
 
 
 def _case_list(cases) -> list[Case]:
@@ -176,7 +179,12 @@ def _case_list(cases) -> list[Case]:
 
 def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golden=None,
          reference_backend="auto", shard_spec: tuple[int, int] | None = None, shard_by: str = "case",
-         repeats: int | None = None, allow_nondeterministic: bool = False, math: str | None = None) -> Plan:
+         repeats: int | None = None, allow_nondeterministic: bool = False, math: str | None = None,
+         skip_other_devices: bool = False) -> Plan:
+    """Every input checked, for every implementation given, before anything runs. With
+    skip_other_devices (the pytest plugin, its device left to the machine), an implementation that
+    runs only on other devices than this one (`make.devices`) is left out (Plan.absent) instead of
+    a usage error; one not installed is still an error."""
     from harness.budgets import load_budget_file
     from harness.cases.suite import load_suite
     from harness.references.mathclass import parse_math
@@ -188,10 +196,14 @@ def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golde
     names = [i.name for i in impl_list]
     if len(set(names)) != len(names):
         raise UsageError(f"--impl: a name given twice ({', '.join(names)})")
-    for i in impl_list:
+    absent = {}
+    for k, i in enumerate(impl_list):
         why = i.skip_reason(device)
-        if why:
+        if why and skip_other_devices and not i.unavailable:
+            absent[k] = f"{why} (the machine's device; --harness-device to insist)"
+        elif why:
             raise UsageError(f"--impl {i.name}: {why}")
+    impl_list = [i for k, i in enumerate(impl_list) if k not in absent]
     if reference_backend not in BACKENDS:
         raise UsageError(f"--reference-backend {reference_backend!r}: one of {', '.join(BACKENDS)}")
     if isinstance(cases, str):
@@ -211,7 +223,7 @@ def plan(impls, cases="quick", device="auto", budgets=None, baseline=None, golde
     settings = Settings(device, overrides, budgets or "", Path(golden) if golden else None, reference_backend,
                         suite_ref, {i.name: i.spec for i in impl_list if i.spec},
                         {i.name: source_hash(i) for i in impl_list}, repeats, allow_nondeterministic)
-    return Plan(impl_list, case_list, suite_name, settings, base)
+    return Plan(impl_list, case_list, suite_name, settings, base, absent)
 
 
 def check_run_options(jobs=1, timeout=DEFAULT_TIMEOUT, threads=None, gpus=()) -> None:

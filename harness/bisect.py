@@ -208,7 +208,6 @@ def _validate(repo_arg: str, good_rev: str, bad_rev: str, impl: str, cases: str,
     if budgets is not None:
         from harness.budgets import load_budget_file
         load_budget_file(budgets)            # UsageError for a missing or malformed file, before any commit
-        budgets = str(Path(budgets).resolve())   # this file, as it is here, for every commit
     return repo.resolve(), shas["GOOD"], shas["BAD"], prefix, cases, spec, budgets
 
 
@@ -307,12 +306,13 @@ def bisect(repo: str, good_rev: str, bad_rev: str, impl: str, cases: str, device
            budgets: str | None = None) -> Bisection:
     """Bisect REPO between GOOD_REV and BAD_REV in a temporary worktree (removed on every way
     out); step verdicts and git bisect's output stream to `log` as they come. `budgets`: the budget
-    file every commit is judged against, as `harness run --budgets` (the file given, read from here:
-    a repository that gates on a budget file is bisected against the same budgets, whatever each
-    commit's copy of it says)."""
+    file every commit is judged against, as `harness run --budgets`: the file given, as this call
+    found it (copied once), so that a repository that gates on a budget file is bisected against
+    the same budgets, whatever each commit's copy says or a build does to it."""
     repo_dir, good, bad, prefix, cases, spec, budgets = _validate(repo, good_rev, bad_rev, impl, cases, budgets)
     tmp = Path(tempfile.mkdtemp(prefix="harness-bisect-"))
     wt, results = tmp / "worktree", tmp / "results"
+    given, budgets = budgets, (str(tmp / "budgets.csv") if budgets is not None else None)
     # -P: the worktree, the steps' working directory, is not put first on the path (a `harness`
     # folder in the repository bisected is never the harness that judges it)
     step_cmd = [sys.executable, "-P", "-m", "harness.bisect", "--step", "--impl", spec, "--cases", cases,
@@ -323,6 +323,8 @@ def bisect(repo: str, good_rev: str, bad_rev: str, impl: str, cases: str, device
     step_cmd += ["--budgets", budgets] if budgets else []
     found = dict(good_rev=good_rev, bad_rev=bad_rev, good=good, bad=bad)
     try:
+        if given is not None:                # the file as the command found it, for every commit: an edit
+            shutil.copyfile(given, budgets)  # meanwhile (to a file in REPO's checkout) changes no verdict
         w = _git(repo_dir, "worktree", "add", "--detach", str(wt), good, check=False)
         if w.returncode != 0:                # e.g. a read-only repository: the user's to fix
             why = (w.stderr.strip().splitlines() or ["git worktree add failed"])[-1]

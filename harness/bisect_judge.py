@@ -43,8 +43,9 @@ def write_json(path: Path, data: dict) -> None:
 def judge(spec: str, cases: str, device: str, out: Path, roots: list[str], timeout: float = PAIR_TIMEOUT,
           budgets: str | None = None) -> int:
     """Judge the commit whose code is under `roots`: pair by pair, stopping at the first check over
-    budget (the defaults, overridden by the budget file `budgets` where given). Writes out/judge.json (verdict, why, the file MODULE came from, the deciding check) as
-    its last act and returns the step code; rows go to out/results.csv."""
+    budget (the defaults, overridden by the budget file `budgets` where given). Writes
+    out/judge.json (verdict, why, the file MODULE came from, the deciding check) as its last act
+    and returns the step code; rows go to out/results.csv."""
     import pandas as pd
 
     from harness.analysis.check import rows as result_rows

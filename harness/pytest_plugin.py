@@ -9,14 +9,17 @@ one short test file,
 id the case id and label. Each test runs its pair as `harness run` does (harness.pipeline.Pipeline,
 the plan checked by harness.api.plan) and fails with an AssertionError whose message is the failure
 record (harness.gate.failure_line: case id, output, reference, metric, value, budget, the worst
-element's inputs in hex, the replay command); skip rows are pytest skips with their reason.
+element's inputs in hex, the replay command); skip rows are pytest skips with their reason, and so
+are the tests of an implementation for other devices than the machine's when the device is left to
+it (`auto`; `harness run --device auto` exits 2 for it, as a test asking for the device fails).
 `explore(impl)` is one hypothesis test over harness.cases.strategies.cases() under the active
 profile (its database, health checks, max_examples ...; only the deadline is set).
 
 Options: --harness-device, --harness-budgets FILE, --harness-out DIR (results.csv, summary.csv,
 report.html of every pair the session ran), --harness-regen (writes the measured maxima, never below
-the default budgets, to the --harness-budgets file at the end; tests over their default budget still
-fail, as pytest-regressions' --force-regen does), --harness-isolate. Give paths in one token
+the default budgets, to the --harness-budgets file at the end, keeping its lines of implementations
+the session measured nothing of; tests over their default budget still fail, as pytest-regressions'
+--force-regen does), --harness-isolate. Give paths in one token
 (--harness-out=DIR): pytest takes an existing path among the arguments it does not know yet as a
 rootdir candidate, and node ids (xdist workers') move with it.
 
@@ -175,27 +178,20 @@ class _Session:
         self.regen, self.isolate = opt("harness_regen", False), opt("harness_isolate", "auto")
         self.parts = Path(os.environ[PARTS_ENV]) if os.environ.get(PARTS_ENV) else None
         self.out, self.report, self._plans, self._pipes, self._rundir = opt("harness_out", None), [], {}, {}, None
-        self._absent: dict = {}                 # suite -> {implementation's index: why its tests skip}
 
     def plan(self, s: _Suite):
         """The suite's plan (its failure, in one line, in every test of it). With the device left to
         the machine (auto), an implementation that runs only on devices it lacks (`make.devices`)
-        is left out of the plan and its tests skip, naming why, as CUDA-only tests skip on a
-        machine without CUDA; with the device asked for, every test fails as the command exits 2."""
-        from harness.api import as_implementation, plan, resolve_device
+        is left out of the plan (Plan.absent) and its tests skip, naming why, as CUDA-only tests
+        skip on a machine without CUDA; with the device asked for, every test fails as the command
+        exits 2."""
+        from harness.api import plan
         from harness.references.errors import UsageError
         if s not in self._plans:
             asked = self.device or s.device or "auto"
             try:
-                impls = [as_implementation(i) for i in s.impls]
-                device = resolve_device(asked)
-                self._absent[s] = {k: f"harness: {i.name} runs on {'/'.join(i.devices)} only, and this machine's "
-                                      f"device is {device} (--harness-device to insist)"
-                                   for k, i in enumerate(impls)
-                                   if asked == "auto" and not i.unavailable and device not in i.devices}
-                runnable = [i for k, i in enumerate(impls) if k not in self._absent[s]]
-                self._plans[s] = plan(runnable, s.ref or list(s.cases), asked, math=s.math,
-                                      budgets=None if self.regen else self.budgets) if runnable else None
+                self._plans[s] = plan(list(s.impls), s.ref or list(s.cases), asked, math=s.math,
+                                      budgets=None if self.regen else self.budgets, skip_other_devices=asked == "auto")
             except UsageError as e:
                 self._plans[s] = e
         if isinstance(self._plans[s], Exception):       # every test of the suite says so, in one line
@@ -205,9 +201,9 @@ class _Session:
     def rows(self, s: _Suite, k: int, case) -> list[dict]:
         from harness.analysis.check import rows as result_rows
         p = self.plan(s)
-        absent = self._absent[s]
+        absent = p.absent
         if k in absent:
-            pytest.skip(absent[k])
+            pytest.skip(f"harness: {absent[k]}")
         if s not in self._pipes:
             self._pipes[s] = _pipeline(p, self.isolate)
         rows = result_rows(self._pipes[s].run(case, p.impls[k - sum(j < k for j in absent)]))
@@ -355,10 +351,20 @@ def _merge(parts: Path):
 
 
 def _write_budgets(st: _Session, frame) -> bool:
-    """--harness-regen: the budget file from every row of the session; True when a key was refused."""
-    from harness.budgets import budget_file_text, refusal, regen
+    """--harness-regen: the budget file from every row of the session, and the lines it had for
+    implementations the session measured nothing of (one whose tests skipped for the machine's
+    device, or another test file's) as they were; True when a key was refused."""
+    from harness.budgets import FILE_COLUMNS, budget_file_text, load_budget_file, refusal, regen
     from harness.references.atomic import atomic_write
+    from harness.references.errors import UsageError
     lines, grown, refused = regen(frame)
+    measured = set(frame["impl"])
+    if Path(st.budgets).is_file():
+        try:
+            lines += [{c: getattr(o, c) for c in FILE_COLUMNS}
+                      for o in load_budget_file(st.budgets) if o.impl != "*" and o.impl not in measured]
+        except UsageError as e:                   # a file regen is asked to write anew
+            st.report.append(f"harness: {e}: none of its lines kept")
     with atomic_write(st.budgets, "w") as fh:
         fh.write(budget_file_text(lines))
     st.report += [f"harness: grew {','.join(map(str, k))}: {old:.4g} -> {new:.4g}" for k, new, old in grown]

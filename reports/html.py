@@ -8,7 +8,6 @@ its declared model at its math class (reference `model:<rounding>`). `harness id
 against the other built-in models and classes feed the "which model" section only."""
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import jinja2
@@ -339,33 +338,27 @@ def render_report(data, path: Path) -> Path:
     declared = own.groupby("impl")["reference"].first().to_dict()
     jenv = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                               undefined=jinja2.StrictUndefined)
-    grid = plots.histogram_grid(g)
-    # each dtype's histograms a figure of its own, drawn beside the others: the one grid of every
-    # panel was the longest drawing of a report of many implementations
-    rows = {f"histograms {dt}": functools.partial(plots.histogram_figure, grid, dt) for dt in (grid.dtypes if grid else ())}
-    drawing = plots.in_children({**rows, "heatmap": lambda: plots.heatmap(g), "gate": lambda: plots.gate(g),
+    # the figures draw in children (each dtype's histograms apart: one figure of every panel was the
+    # longest drawing of a report of many implementations) while this process makes the tables
+    histograms = plots.histogram_jobs(g)
+    drawing = plots.in_children({**histograms, "heatmap": lambda: plots.heatmap(g), "gate": lambda: plots.gate(g),
                                  "speed_plot": lambda: speed_plot(g)})
-
-    def drawn() -> dict:
-        figures = drawing()
-        return {**{k: v for k, v in figures.items() if k not in rows}, "histograms": [figures[k] for k in rows]}
     try:
-        sections = dict(models=models(d), worst=worst(g), speed=speed(g), determinism=determinism(d))
-    except BaseException:
-        drawn()                                       # no child left behind
-        raise
-    html = jenv.get_template("report.html").render(
-        title=data.title or "Gated RMSNorm precision report",
-        verdict={**verdict(d, data.exit_code), "headline": list(data.headline)},
-        models=sections["models"],
-        accuracy=accuracy(summary, declared),
-        summary=_table(summary.assign(**{c: _num(summary[c]) for c in ["worst", "budget", "margin", "max_ulp",
-                                                                         "max_scaled_err"]}),
-                       {c: c for c in summary.columns}),
-        **drawn(), worst=sections["worst"], speed=sections["speed"], determinism=sections["determinism"],
-        baseline=None if data.baseline is None else baseline_diff(d, data.baseline),
-        env={str(k): str(v) for k, v in (data.env or {}).items()},
-    )
+        page = dict(
+            title=data.title or "Gated RMSNorm precision report",
+            verdict={**verdict(d, data.exit_code), "headline": list(data.headline)},
+            models=models(d), accuracy=accuracy(summary, declared),
+            summary=_table(summary.assign(**{c: _num(summary[c]) for c in ["worst", "budget", "margin", "max_ulp",
+                                                                             "max_scaled_err"]}),
+                           {c: c for c in summary.columns}),
+            worst=worst(g), speed=speed(g), determinism=determinism(d),
+            baseline=None if data.baseline is None else baseline_diff(d, data.baseline),
+            env={str(k): str(v) for k, v in (data.env or {}).items()},
+        )
+    finally:
+        figures = drawing()                           # every child reaped, on every way out
+    page["histograms"] = [figures.pop(k) for k in histograms]
+    html = jenv.get_template("report.html").render(**page, **figures)
     with atomic_write(path, "w") as f:                # a reader never sees half a report
         f.write(html)
     return Path(path)

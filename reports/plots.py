@@ -8,6 +8,7 @@ costs time, not rows."""
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import os
@@ -76,13 +77,12 @@ def in_children(jobs: dict[str, Callable[[], object]], cores: int | None = None)
         started[key] = (pid, r)
 
     def collect() -> dict:
-        out = {}
-        for key, (pid, r) in started.items():
+        sent = {}
+        for key, (pid, r) in started.items():         # every child read and reaped before a job runs here
             with os.fdopen(r) as f:
                 data = f.read()
-            ok = os.waitpid(pid, 0)[1] == 0
-            out[key] = json.loads(data) if ok and data else jobs[key]()
-        return out
+            sent[key] = data if os.waitpid(pid, 0)[1] == 0 else ""
+        return {key: json.loads(data) if data else jobs[key]() for key, data in sent.items()}
     return collect
 
 
@@ -115,7 +115,8 @@ class HistogramGrid:
     lines: list                  # (impl, "exact" | "model"): one step line each
     colour: dict                 # impl -> matplotlib colour
     counts: dict                 # (out_dtype, output, impl, ref) -> per-bin row counts
-    bins: int                    # bins shown (at least 4, up to the last non-empty one)
+    bins: int                    # bins shown, every panel's x axis: at least 4, through the last
+                                 # non-empty one and the last budget's
     budget_bins: dict            # (out_dtype, output) -> the bins of its finite ULP budgets
 
 
@@ -128,11 +129,12 @@ def histogram_grid(d: pd.DataFrame) -> HistogramGrid | None:
     lines = list(sort_keys(d[["impl", "_ref"]].drop_duplicates(), ["impl", "_ref"]).itertuples(index=False, name=None))
     colour = {impl: f"C{k % 10}" for k, impl in enumerate(dict.fromkeys(impl for impl, _ in lines))}
     counts = {k: ulp_bins(g["max_ulp"].to_numpy()) for k, g in d.groupby(["out_dtype", "output", "impl", "_ref"])}
-    nb = max(4, max(int(np.flatnonzero(c).max()) + 1 for c in counts.values()))
     # an infinite budget means "not gated": no line for it; budgets in one bin are one line
     ulp_b = d[(d["budget_metric"] == "ulp") & np.isfinite(d["budget"])]
     budget_bins = {k: sorted({int(b) for b in np.searchsorted(EDGES, v, side="left")})
                    for k, v in ulp_b.groupby(["out_dtype", "output"])["budget"].unique().items()}
+    nb = max(4, *(int(np.flatnonzero(c).max()) + 1 for c in counts.values()),
+             *(b[-1] + 1 for b in budget_bins.values()))
     return HistogramGrid(_ordered(d, "out_dtype"), _ordered(d, "output"), lines, colour, counts, nb, budget_bins)
 
 
@@ -161,6 +163,7 @@ def histogram_figure(grid: HistogramGrid, dt: str) -> dict:
         ax.tick_params(labelsize=7)
         # one scale for every panel (a fraction of rows), and few ticks: making ticks is most of
         # what drawing these axes costs
+        ax.set_xlim(-0.5, nb - 0.5)
         ax.set_ylim(0, 1.04)
         ax.set_yticks((0, 0.5, 1), ("0", ".5", "1"))
         ax.set_xticks(x[::step], LABELS[:nb:step], rotation=60)
@@ -170,10 +173,11 @@ def histogram_figure(grid: HistogramGrid, dt: str) -> dict:
     return {"title": f"{dt}: max ULP per row, fraction of rows", "img": png(fig)}
 
 
-def histograms(d: pd.DataFrame) -> list[dict]:
-    """Every output dtype's histogram figure (histogram_figure), in report order; [] without rows."""
+def histogram_jobs(d: pd.DataFrame) -> dict[str, Callable[[], dict]]:
+    """The drawing of every output dtype's histogram figure (histogram_figure), in report order,
+    each a job for in_children; none without rows."""
     grid = histogram_grid(d)
-    return [] if grid is None else [histogram_figure(grid, dt) for dt in grid.dtypes]
+    return {f"histograms {dt}": functools.partial(histogram_figure, grid, dt) for dt in (grid.dtypes if grid else ())}
 
 
 def _hidden_bucket(h: pd.Series) -> pd.Series:

@@ -188,19 +188,23 @@ def test_good_that_is_already_bad(history, capsys):
     assert_untouched(repo, before)
 
 
-def test_judged_against_the_budget_file_given(history, capsys, tmp_path):
-    """--budgets reaches every commit's judge: with a budget file loose enough for the bf16 SiLU,
-    the regression and BAD are within budget (nothing to bisect); the file is the one given, read
-    once, whatever the commits hold; a malformed one is refused before any commit runs."""
+def test_judged_against_the_budget_file_given(history, capsys, tmp_path, monkeypatch):
+    """--budgets reaches every commit's judge: with a budget file loose enough for the bf16 SiLU
+    (given by a relative path), the regression and BAD are within budget — nothing to bisect —
+    even though every commit's --build overwrites the file with junk: the steps judge the file as
+    the command found it. A malformed one is refused before any commit runs."""
     repo, c, suite, _ = history
     before = snapshot(repo)
+    monkeypatch.chdir(tmp_path)
     loose = tmp_path / "budgets.csv"
     loose.write_text("impl,rounding,math,dtype,output,reference,regime,metric,budget\n"
                      "mine,*,*,*,*,*,*,ulp,1e6\nmine,*,*,*,*,exact,*,scaled,1e6\n")
     rc = main(["bisect", str(repo), c["regress"], c["head"], "--impl", "mine=mykernel.norm:make",
-               "--cases", str(suite), "--path", "src", "--budgets", str(loose)])
+               "--cases", str(suite), "--path", "src", "--budgets", "budgets.csv",
+               "--build", f"echo junk > {loose}"])
     out = capsys.readouterr().out
     assert rc == 1 and f"BAD {c['head']} ({c['head'][:12]}) is within budget; nothing to bisect" in out, out
+    assert loose.read_text() == "junk\n"                 # the builds ran
     bad = tmp_path / "bad.csv"
     bad.write_text("impl,rounding,math,dtype,output,reference,regime,metric,budget\nmine,*,*,*,*,*,*,ulp,lots\n")
     rc = main(["bisect", str(repo), c["regress"], c["head"], "--impl", "mine=mykernel.norm:make",

@@ -167,21 +167,33 @@ def test_failure_record_skips_isolation_and_out(project, tmp_path):
 
 def test_a_kernel_for_a_device_the_machine_lacks_skips_unless_the_device_is_asked(project, tmp_path):
     """`make.devices = ("cuda",)` on a machine without CUDA (here hidden): with the device left to
-    the machine its tests skip, naming why, and the other implementation's tests of the same suite
-    still run; asked for by name (--harness-device cpu), every test of the suite fails in one line,
-    as `harness run --device cpu` exits 2."""
+    the machine its tests skip, naming why, and the other implementations' tests of the same suite
+    still run, each as itself; regen keeps the skipped one's budget lines. A suite of it alone is
+    still checked whole (a bad math class fails it). Asked for by name (--harness-device cpu), every
+    test of the suite fails in one line, as `harness run --device cpu` exits 2."""
+    suite = str(project / "tiny.toml")
     test_file = ("import harness.pytest_plugin as hp\n"
-                 f"test_k = hp.suite(['gpu=kern:gpu_only', 'good=kern:good'], cases={str(project / 'tiny.toml')!r})\n")
+                 f"test_k = hp.suite(['good=kern:good', 'gpu=kern:gpu_only', 'bad=kern:bad'], cases={suite!r})\n"
+                 f"test_alone = hp.suite('gpu=kern:gpu_only', cases={suite!r}, math='bogus')\n")
+    budgets = tmp_path / "budgets.csv"
+    budgets.write_text("impl,rounding,math,dtype,output,reference,regime,metric,budget\n"
+                       "gpu,*,*,*,*,*,*,ulp,7\n")
     hidden = {"CUDA_VISIBLE_DEVICES": ""}
-    rc, out = session(project, tmp_path, test_file, env=hidden, name="auto")
-    assert rc == 0, out
-    assert re.search(r"^1 passed, 3 skipped in ", out, re.M), out
-    assert len(re.findall(r"^SKIPPED \[\d\] \S+: harness: gpu runs on cuda only, and this machine's device is cpu "
-                          r"\(--harness-device to insist\)$", out, re.M)) == 1, out        # pytest folds the two
+    rc, out = session(project, tmp_path, test_file, f"--harness-budgets={budgets}", "--harness-regen",
+                      env=hidden, name="auto")
+    assert rc == 1, out
+    assert re.search(r"^4 failed, 1 passed, 3 skipped in ", out, re.M), out      # bad's 2, alone's 2
+    skipped = re.findall(r"^SKIPPED \[(\d)\] \S+: harness: unavailable: gpu runs on cuda only, not cpu "
+                         r"\(the machine's device; --harness-device to insist\)$", out, re.M)
+    assert sum(map(int, skipped)) == 2, out
     assert re.search(r"^PASSED test_it.py::test_k\[\w+-bf16_4x64\S*-good\]$", out, re.M), out
+    assert re.search(r"^\s+FAIL\s+bad \w+ y vs model:chain: .*\n.*\n\s+replay: harness replay \w+ --impl bad=kern:bad ",
+                     out, re.M), out                   # bad's tests judged bad (after the one left out)
+    assert len(re.findall(r"^harness: math 'bogus'|^harness: .*'bogus'", out, re.M)) == 2, out
+    assert "gpu,*,*,*,*,*,*,ulp,7" in budgets.read_text() and "\ngood," in budgets.read_text()
     rc, out = session(project, tmp_path, test_file, "--harness-device", "cpu", env=hidden, name="asked")
-    assert rc == 1 and re.search(r"^4 failed in ", out, re.M), out
-    assert len(re.findall(r"^harness: --impl gpu: unavailable: gpu runs on cuda only, not cpu$", out, re.M)) == 4, out
+    assert rc == 1 and re.search(r"^8 failed in ", out, re.M), out
+    assert len(re.findall(r"^harness: --impl gpu: unavailable: gpu runs on cuda only, not cpu$", out, re.M)) == 6, out
 
 
 def test_regen_writes_budgets_never_below_the_defaults(project, tmp_path):

@@ -107,14 +107,30 @@ def test_histograms_one_figure_per_output_dtype_in_order_with_one_colour_each(tm
     grid = plots.histogram_grid(d)
     assert grid.dtypes == ["fp32", "bf16"] and grid.colour == {"A": "C0", "B": "C1"}    # the report's orders
     assert grid.budget_bins == {("bf16", "y"): [1, 3], ("fp32", "y"): [1, 3]}       # 0.5 vs a model, 2 vs exact
-    figures = plots.histograms(d)
+    assert grid.bins == 5                      # through the last non-empty bin: 3 ULP in (2, 4]
+    figures = [job() for job in plots.histogram_jobs(d).values()]
     assert [f["title"] for f in figures] == ["fp32: max ULP per row, fraction of rows",
                                              "bf16: max ULP per row, fraction of rows"]
     assert len({f["img"] for f in figures}) == 2
     page = render(tmp_path, frame(rows))
     shown = re.findall(r'alt="max ULP histograms for ([^"]+)"', section(page, "histograms"))
     assert shown == [f["title"] for f in figures]
-    assert plots.histogram_grid(d[d["max_ulp"].isna()]) is None and plots.histograms(d[d["max_ulp"].isna()]) == []
+    assert plots.histogram_grid(d[d["max_ulp"].isna()]) is None and plots.histogram_jobs(d[d["max_ulp"].isna()]) == {}
+    rows[0]["budget"] = 64.0                   # a budget past every error: every panel's axis reaches it
+    assert plots.histogram_grid(report.prepare(frame(rows))).bins == 9           # (32, 64] is bin 8
+
+
+def test_the_page_is_the_same_drawn_in_children_and_here(small, tmp_path, monkeypatch):
+    """The figures drawn in forked children (FORK_DRAWING_CORES or more cores) come back into the
+    page in order, the same bytes as drawn one after the other in this process."""
+    from harness.reports import plots
+    pages = []
+    for cores in (plots.FORK_DRAWING_CORES, 1):
+        monkeypatch.setattr(plots, "_cores", lambda cores=cores: cores)
+        out = tmp_path / str(cores)
+        out.mkdir()
+        pages.append(render(out, small))
+    assert pages[0] == pages[1]
 
 
 def test_titles_placed_explicitly_draw_the_same_figures(small, monkeypatch):
@@ -125,7 +141,8 @@ def test_titles_placed_explicitly_draw_the_same_figures(small, monkeypatch):
     g = d[d["_gated"]]
 
     def draw():
-        return [plots.histograms(g), plots.heatmap(g), plots.gate(g), report.speed_plot(g)]
+        return [[job() for job in plots.histogram_jobs(g).values()], plots.heatmap(g), plots.gate(g),
+                report.speed_plot(g)]
     placed = draw()
     assert all(placed)
     monkeypatch.setattr(plots, "TITLE_Y", None)                 # matplotlib's own placing
