@@ -56,13 +56,22 @@ def test_plugin_nested_attr(tmp_path, monkeypatch):
     (GOOD_BODY + "make.act_follows = 'gate'\n", "make", "act_follows is 'gate'"),
     ("raise RuntimeError('boom at import')\n", "make", "raised RuntimeError: boom at import"),
     ("import no_such_dependency_xyz\n", "make", "no_such_dependency_xyz"),
+    (GOOD_BODY + "make.devices = 5\n", "make", "devices is 5; expected 'cpu' and/or 'cuda'"),
+    (GOOD_BODY + "make.devices = None\n", "make", "devices is None;"),
+    (GOOD_BODY + "make.devices = ['cpu', 'tpu']\n", "make", "devices is ('cpu', 'tpu');"),
+    (GOOD_BODY + "make.backward = 1\n", "make", "backward is 1; expected True or False"),
+    ("class Make:\n    def __call__(self, *a, **k):\n        pass\n\n    @property\n    def rounding(self):\n"
+     "        raise ValueError('no model here')\n\n\nmake = Make()\n", "make",
+     "reading {mod}:make.rounding raised ValueError: no model here"),
+    ("class Make:\n    def __call__(self, *a, **k):\n        pass\n\n    def __getattr__(self, name):\n"
+     "        raise RuntimeError('no ' + name)\n\n\nmake = Make()\n", "make", "raised RuntimeError: no rounding"),
 ])
 def test_plugin_errors(tmp_path, monkeypatch, body, attr, needle):
     mod = write_module(tmp_path, monkeypatch, body) if body is not None else "no_such_module_xyz"
     with pytest.raises(UsageError) as ei:
         registry.resolve(f"bad={mod}:{attr}")
     msg = str(ei.value)
-    assert msg.startswith("--impl bad: ") and needle in msg, msg
+    assert msg.startswith("--impl bad: ") and needle.format(mod=mod) in msg, msg
     assert "\n" not in msg
 
 

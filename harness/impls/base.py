@@ -91,30 +91,40 @@ class Implementation:
 
 def from_factory(name: str, factory: Callable, source: str, spec: str = "", **overrides) -> Implementation:
     """An Implementation from a factory and its declared attributes (UsageError for bad ones)."""
-    from harness.references.errors import UsageError
+    from harness.references.errors import UsageError, said
     if not callable(factory):
         raise UsageError(f"--impl {name}: {source} is not callable")
-    rounding = overrides.pop("rounding", getattr(factory, "rounding", "chain"))
+
+    def declared(attr: str, default):
+        """The factory's `attr`, or `default`: reading it runs the factory's own code (a property,
+        __getattr__), whose error is the plug-in's, in one line."""
+        if attr in overrides:
+            return overrides.pop(attr)
+        try:
+            return getattr(factory, attr, default)
+        except Exception as e:                # noqa: BLE001 — the plug-in's code
+            raise UsageError(f"--impl {name}: reading {source}.{attr} raised {type(e).__name__}: {said(e)}") from None
+    rounding = declared("rounding", "chain")
     try:
         model = resolve(rounding)
     except UsageError as e:
         raise UsageError(f"--impl {name}: {source}.{e}") from None
-    act = overrides.pop("act_follows", getattr(factory, "act_follows", "x"))
+    act = declared("act_follows", "x")
     if act not in ("x", "weight"):
         raise UsageError(f"--impl {name}: {source}.act_follows is {act!r}; expected 'x' or 'weight'")
-    devices = overrides.pop("devices", getattr(factory, "devices", ("cpu", "cuda")))
-    devices = (devices,) if isinstance(devices, str) else tuple(devices)
-    if not devices or any(d not in ("cpu", "cuda") for d in devices):
+    devices = declared("devices", ("cpu", "cuda"))
+    if isinstance(devices, (str, list, set, frozenset)):
+        devices = (devices,) if isinstance(devices, str) else tuple(devices)
+    if not isinstance(devices, tuple) or not devices or any(d not in ("cpu", "cuda") for d in devices):
         raise UsageError(f"--impl {name}: {source}.devices is {devices!r}; expected 'cpu' and/or 'cuda'")
     try:
-        mc = declared_math(overrides.pop("math", getattr(factory, "math", None)),
-                           overrides.pop("ftz", getattr(factory, "ftz", None)))
+        mc = declared_math(declared("math", None), declared("ftz", None))
     except UsageError as e:
         raise UsageError(f"--impl {name}: {source}.{e}") from None
-    supports = overrides.pop("supports", getattr(factory, "supports", None))
+    supports = declared("supports", None)
     if supports is not None and not callable(supports):
         raise UsageError(f"--impl {name}: {source}.supports is not callable")
-    backward = overrides.pop("backward", getattr(factory, "backward", True))
+    backward = declared("backward", True)
     if not isinstance(backward, bool):
         raise UsageError(f"--impl {name}: {source}.backward is {backward!r}; expected True or False")
     spec = spec or (name if source == "builtin" else "")
