@@ -43,6 +43,8 @@ def _sweep_options(p: argparse.ArgumentParser, one_impl: bool = False) -> None:
     p.add_argument("--reference-backend", choices=["auto", "inductor", "eager"], default="auto",
                    help="the float64 reference pass for big CUDA cases")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
+    if one_impl:        # identify asks which model the first call's values fit: no timing, no repeat's verdict
+        return
     p.add_argument("--repeats", type=int, help="warm timed calls per pair (default 5 on CUDA, 3 on the CPU; 0: no timing)")
     p.add_argument("--allow-nondeterministic", action="store_true",
                    help="pass outputs that a later call on the same inputs changes (default: they fail)")

@@ -153,6 +153,21 @@ def test_wrong_y_shape_gives_fail_rows(tmp_path, monkeypatch):
     assert {r["reason"] for r in rows} == {"y shape (128,), expected (4, 32)"}
 
 
+def test_a_forward_returning_nothing_is_named_as_such(tmp_path, monkeypatch):
+    """y None is the forward's failure, said so in every row (not a missing gradient)."""
+    mod = write_module(tmp_path, monkeypatch, """
+        from harness.impls.torch_ref import GatedRMSNorm
+        class M(GatedRMSNorm):
+            def forward(self, x, gate):
+                super().forward(x, gate)
+        def make(h, *, eps, zero_centered_gamma, dtype, device):
+            return M(h, eps=eps, zero_centered_gamma=zero_centered_gamma, dtype=dtype, device=device)
+    """)
+    rec, rows = checked(registry.load_plugin(f"p={mod}:make"), make_case())
+    assert len(rows) == 10 and {r["status"] for r in rows} == {"fail"}
+    assert {r["reason"] for r in rows} == {"y is None, expected a tensor"}
+
+
 def test_nan_output_where_reference_finite_fails(tmp_path, monkeypatch):
     mod = write_module(tmp_path, monkeypatch, """
         import torch

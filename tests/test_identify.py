@@ -55,6 +55,23 @@ def test_an_implementation_fitting_no_model(suite, tmp_path, capsys):
 def test_identify_usage_errors(capsys):
     assert main(["identify", "--impl", "torch", "--impl", "torch-fused", "--device", "cpu"]) == 2
     assert "one --impl" in capsys.readouterr().err
+    # identify judges the first call's values only: run's timing and repeat options are not its own
+    for flag in (["--repeats", "-1"], ["--repeats", "3"], ["--allow-nondeterministic"]):
+        assert main(["identify", "--impl", "torch", "--device", "cpu", *flag]) == 2
+        assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_an_implementation_whose_every_pair_errors_verified_nothing(suite, tmp_path, capsys):
+    """Nothing verified is exit 1 (README), said on stderr in one line."""
+    assert main(["identify", "--impl", "boom=tests.test_identify:raising", "--cases", suite, "--device", "cpu",
+                 "--out", str(tmp_path), "--no-report", *INLINE]) == 1
+    cap = capsys.readouterr()
+    assert "harness: identify: no model check was measured (every pair errored or was skipped)" in cap.err
+    assert cap.out == ""
+
+
+def raising(hidden_size, **kw):
+    raise RuntimeError("no kernel today")
 
 
 def test_verdict_logic_on_hand_made_rows():

@@ -36,9 +36,8 @@ def format_identify(df: pd.DataFrame) -> tuple[int, list[str], list[str]]:
             code = EXIT_FAIL
         verdicts.append(verdict_line(impl, t))
         lines.append(verdicts[-1])
-    if table.empty:
-        none = ["harness: identify: no model check was measured (every pair errored or was skipped)"]
-        return EXIT_USAGE, none, none
+    if table.empty:     # nothing verified (README: exit 1), said on stderr by the command
+        return EXIT_FAIL, [], ["harness: identify: no model check was measured (every pair errored or was skipped)"]
     return code, lines, verdicts
 
 
@@ -69,6 +68,6 @@ def cmd_identify(args) -> int:
     res.write(Path(args.out), report=not args.no_report)
     for line in lines:
         print(line)
-    if res.unfinished:
+    if res.unfinished or not lines:
         err(verdicts[-1])
     return code

@@ -103,8 +103,9 @@ def plain(name: str, t, shape, dtype: torch.dtype) -> tuple[torch.Tensor | None,
     """A clone of `t` as a plain tensor, or the contract finding that says why not. A Tensor
     subclass is refused before any of its methods runs: its `.dtype`, `.to()` or `.clone()` are its
     own code and may report other data than it holds."""
-    if t is None:
-        return None, Finding("contract", text="gradient missing (None)")
+    if t is None:       # a gradient autograd did not reach, or a forward that returned nothing
+        return None, Finding("contract", text="gradient missing (None)" if name.startswith("d") else
+                                              f"{name} is None, expected a tensor")
     if not isinstance(t, torch.Tensor):
         return None, Finding("contract", text=f"{name} is {type(t).__name__}, expected a tensor")
     if type(t) is not torch.Tensor:
