@@ -246,6 +246,22 @@ def test_cases_lists_suites_and_cases(capsys, suite):
     assert_usage(*run(capsys, "cases", "no-such-suite")[::2])
 
 
+def test_a_junit_file_lost_after_the_check_is_one_line_and_the_rest_written(capsys, tmp_path, suite, monkeypatch):
+    """--junit's directory is checked before the sweep; where writing fails after it anyway, the
+    command says so naming --junit (exit 2), and report.html is still written."""
+    from harness.api import Results
+
+    def lost(self, path, data=None):
+        raise FileNotFoundError(2, "No such file or directory", str(path) + ".tmp")
+    monkeypatch.setattr(Results, "write_junit", lost)
+    o, j = tmp_path / "o", tmp_path / "junit.xml"
+    code, out, err = run(capsys, "run", "--impl", "torch", "--cases", suite, "--out", o, "--junit", j,
+                         "--isolate", "inline", "--repeats", "0", "--device", "cpu")
+    assert_usage(code, err)
+    assert f"--junit {j}: cannot write it (No such file or directory)" in err
+    assert (o / "report.html").stat().st_size > 0 and (o / "results.csv").is_file()
+
+
 def test_junit_and_report(capsys, tmp_path, suite):
     j = tmp_path / "sub" / "junit.xml"
     o = tmp_path / "o"

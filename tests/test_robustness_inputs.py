@@ -89,6 +89,9 @@ def test_output_paths_are_checked_before_the_work(capsys, tmp_path):
     afile.write_text("x")
     cases = [   # (argv, what the one line says)
         (run_args + ["--out", tmp_path / "o1", "--junit", d], "is a directory"),
+        (run_args + ["--out", tmp_path / "o1", "--junit", afile / "j.xml"], f"--junit {afile / 'j.xml'}: {afile} is "
+                                                                            f"not a directory"),
+        (["merge", tmp_path / "nowhere", "--out", tmp_path / "m", "--junit", afile / "j.xml"], "is not a directory"),
         (run_args + ["--out", blocked], "summary.csv is a directory"),
         (run_args + ["--out", afile], "cannot create the directory"),
         (run_args + ["--out", tmp_path / "o2", "--golden", afile], "--golden"),

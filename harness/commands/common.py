@@ -93,6 +93,10 @@ def check_output_file(flag: str, path: str | None) -> None:
             p.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UsageError(f"{flag} {path}: cannot create its directory ({e.strerror or e})") from None
+    if not p.parent.is_dir():
+        raise UsageError(f"{flag} {path}: {p.parent} is not a directory")
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: its directory {p.parent} is not writable")
 
 
 def timing_line(timings: dict[str, float], impl_names: list[str]) -> str:
@@ -126,8 +130,12 @@ def finish(results: Results, out: Path, device: str, impls, title: str, junit: s
         print(line)
     data = results.run_data()                  # the summary once, for the files and the report
     written = results.write(out, report=False, data=data, results_written=results_written)
+    unwritable = None
     if junit:
-        written.append(results.write_junit(junit, data))
+        try:
+            written.append(results.write_junit(junit, data))
+        except OSError as e:       # checked before the sweep, lost since: the other files still written
+            unwritable = UsageError(f"--junit {junit}: cannot write it ({e.strerror or e})")
     if clock is not None:
         clock.mark("written")
     if not no_report:
@@ -135,4 +143,6 @@ def finish(results: Results, out: Path, device: str, impls, title: str, junit: s
         if clock is not None:
             clock.mark("reported")
     print("harness: wrote " + ", ".join(str(p) for p in written))
+    if unwritable is not None:
+        raise unwritable
     return results.exit_code
