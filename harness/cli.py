@@ -227,8 +227,10 @@ def _main(argv: list[str] | None) -> int:
 
 
 def console() -> None:
-    """The `harness` command: main()'s exit code, without the interpreter's slow teardown; no
-    process a plug-in detached outlives it (harness.worker.end_orphans_at_exit)."""
+    """The `harness` command: main()'s exit code, without the interpreter's slow teardown, from a
+    process watched by its parent, so that nothing a plug-in runs in it can end it with a code of
+    its own (harness.supervise); no process a plug-in detached outlives it
+    (harness.worker.end_orphans_at_exit, in both)."""
+    from harness.supervise import watched
     from harness.worker import end_orphans_at_exit, exit_now
-    end_orphans_at_exit()
-    exit_now(main())
+    exit_now(watched(main, exit_now, end_orphans_at_exit))

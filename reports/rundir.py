@@ -10,9 +10,9 @@ the same way. Every other file is written whole, atomically (temporary file besi
 rename), with the process's normal permissions. A sweep holds the directory's lock (an flock on the
 directory itself, which the kernel drops when the holder dies, however it dies, and which no file
 operation inside the directory can undo) while it runs: a second run into the same directory fails
-at once, naming the first. The lock file .harness.lock names the holder on its first line; a line
-`worker PID` follows for every worker process it starts. It is never opened through a symbolic
-link, and only as a regular file of one link."""
+at once, naming the first. The lock file .harness.lock names the holder on its first line (the pid
+of the command as its user started it: harness.supervise), then `worker PID` for every worker it
+starts; it is opened only as a regular file of one link, never through a symbolic link."""
 from __future__ import annotations
 
 import csv
@@ -348,8 +348,8 @@ class RunDir:
                 if not locked:
                     raise UsageError(self._in_use(flag))
             os.ftruncate(note_fd, 0)
-            os.pwrite(note_fd, f"pid {os.getpid()} on {socket.gethostname()} since "
-                               f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv[:6])}\n".encode(), 0)
+            os.pwrite(note_fd, f"pid {os.environ.get('HARNESS_COMMAND_PID') or os.getpid()} on {socket.gethostname()} "
+                               f"since {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv[:6])}\n".encode(), 0)
             return dir_fd, note_fd
         except BaseException:
             if note_fd >= 0:

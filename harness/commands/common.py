@@ -14,6 +14,7 @@ from harness.commands.phases import share_line
 from harness.environment import environment
 from harness.references.errors import UsageError
 from harness.reports.summary import summary_table
+from harness.supervise import send
 from harness.worker import kill_tree
 
 
@@ -30,6 +31,7 @@ def deadline(seconds: float, what: str, hint: str = ""):
         if not ended.wait(seconds):
             err(f"harness: {what} did not finish within {seconds:g} s (--timeout){hint}")
             kill_tree(os.getpid(), False)
+            send(EXIT_USAGE)
             os._exit(EXIT_USAGE)
     threading.Thread(target=expire, name="deadline", daemon=True).start()
     try:
