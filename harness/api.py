@@ -19,7 +19,6 @@ from typing import Callable
 import pandas as pd
 
 from harness.cases.case import Case, distinct
-from harness.cases.params import check_case_rows
 from harness.gate import KEY, apply_baseline, failure_line, verdict
 from harness.impls.base import Implementation, from_factory
 from harness.pipeline.settings import Settings
@@ -151,7 +150,6 @@ def load_baseline(path: str | None) -> pd.DataFrame | None:
     df = read_results(f)
     if missing := missing_columns(df, ["budget_metric", "budget", *gated_columns(df)]):
         raise UsageError(f"--baseline {f}: no column {missing[0]!r}: nothing to compare against")
-    check_case_rows(df.drop_duplicates("case_id").to_dict("records"), f"--baseline {f}")
     return df
 
 

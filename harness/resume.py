@@ -30,7 +30,7 @@ from harness.references.errors import UsageError
 from harness.references.metrics import get
 from harness.reports.rundir import PAIR_TIMING, RESULTS
 from harness.reports.schema import CHECKED_OUTPUTS, SCHEMA_VERSION, missing_columns
-from harness.reports.summary import verdict_problem
+from harness.reports.trust import problem
 
 
 def expected_checks(impls: list[Implementation], models=()) -> dict[str, set]:
@@ -103,7 +103,7 @@ def resume_rows(sw, log=None) -> pd.DataFrame:
                                                       == SCHEMA_VERSION).any())     # an older schema's rows rerun
     missing = missing_columns(kept) if ours else []
     why = (f"no column {missing[0]!r} of schema {SCHEMA_VERSION}: not a results.csv this harness wrote whole"
-           if missing else verdict_problem(kept) if len(kept) else None)  # re-gating would blame the implementation
+           if missing else problem(kept) if len(kept) else None)  # re-gating would blame the implementation
     if why:
         raise UsageError(f"{rd.results}: {why}; --resume keeps nothing of a file it cannot trust (move it away)")
     if len(kept):

@@ -31,9 +31,9 @@ import pandas as pd
 
 from harness.references.atomic import atomic_write
 from harness.references.errors import UsageError
-from harness.reports.schema import (INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, TEXT_COLUMNS, columns,
-                                    missing_columns, number_columns)
-from harness.reports.summary import verdict_problem
+from harness.reports.schema import (BLANK_NUMBER, INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, TEXT_COLUMNS, columns,
+                                    missing_columns)
+from harness.reports.trust import check_numbers, problem
 
 RESULTS, SUMMARY, REPORT, TIMING, PAIR_TIMING, LOCK = (
     "results.csv", "summary.csv", "report.html", "timing.csv", "pair-timing.csv", ".harness.lock")
@@ -41,7 +41,6 @@ OUTPUTS = (RESULTS, SUMMARY, REPORT, TIMING, PAIR_TIMING)          # what a run 
 PAIR = ["case_id", "impl"]
 _HELD: dict[str, list] = {}     # resolved directory -> [its fd (flocked), lock file fd, depth]: this process's locks
 _HELD_LOCK = threading.Lock()
-_NA = ["", "nan", "NaN", "-nan"]                 # what a blank or missing number reads as
 
 
 def _cell(column: str, v):
@@ -101,7 +100,7 @@ def read_csv(path, text=TEXT_COLUMNS) -> pd.DataFrame:
     if hasattr(path, "seek"):
         path.seek(0)
     return pd.read_csv(path, dtype={c: str for c in text if c in head}, keep_default_na=False,
-                       na_values={c: _NA for c in head if c not in text}, low_memory=False)
+                       na_values={c: list(BLANK_NUMBER) for c in head if c not in text}, low_memory=False)
 
 
 def read_results(path: Path) -> pd.DataFrame:
@@ -113,22 +112,9 @@ def read_results(path: Path) -> pd.DataFrame:
     if missing := missing_columns(df, REQUIRED):
         raise UsageError(f"{path}: not a results.csv (missing column {missing[0]!r})")
     check_numbers(df, path)
-    if why := verdict_problem(df):
+    if why := problem(df):
         raise UsageError(f"{path}: {why}")
     return df
-
-
-def check_numbers(df: pd.DataFrame, path) -> None:
-    """Every cell of a number column is a number or blank (UsageError naming the first that is not:
-    a baseline's "n/a" must not read as a value nothing can regress from)."""
-    for c in number_columns():
-        if c in df.columns and not pd.api.types.is_numeric_dtype(df[c]):
-            text = df[c].astype(str).str.strip()
-            bad = pd.to_numeric(text, errors="coerce").isna() & ~text.isin(["", *_NA]) & df[c].notna()
-            if bad.any():
-                i = int(bad.to_numpy().argmax())
-                raise UsageError(f"{path}: row {i + 1} ({df['case_id'].iloc[i]} {df['impl'].iloc[i]}): column {c}: "
-                                 f"{df[c].iloc[i]!r} is not a number; a results.csv holds a number (or nothing) there")
 
 
 def results_text(df: pd.DataFrame) -> str:

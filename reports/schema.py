@@ -57,6 +57,7 @@ INT_COLUMNS = ("cr_mismatch", "certified", "uncertified", "count_over", "n_eleme
 _NUMBERS = ("eps", "budget", "p99_ulp", "worst_got", "worst_ref", "baseline_value", "pair_seconds", "impl_seconds",
             "gpu_seconds", "floor_fraction")
 REQUIRED = ("case_id", "impl", "output", "reference", "status")
+BLANK_NUMBER = ("", "nan", "NaN", "-nan")          # what a blank or missing number reads as
 KEY = ("case_id", "impl", "output", "reference")      # one row per key in a run
 
 

@@ -305,3 +305,25 @@ def test_a_baseline_with_nothing_to_compare_says_so(capsys, tmp_path):
     # only other implementations' checks from there: nothing compared, so no word of its device
     code, o, e = run(capsys, *args, "--impl", "torch", "--out", tmp_path / "o4", "--baseline", other)
     assert code == 0 and "nothing was compared" in o + e and "ran on" not in o + e
+
+
+@pytest.mark.parametrize("column,value,says", [
+    ("shape", "4x-64", "shape"),                                  # a case that is not one
+    ("max_ulp", "-5.0", "column max_ulp: -5.0 is negative"),      # an error below 0
+    ("schema_version", "999", "schema version 999, newer than this harness's"),
+])
+def test_every_reader_refuses_an_edited_results_csv_alike(capsys, tmp_path, column, value, says):
+    """report, a baseline, merge and --resume read a results.csv through one set of checks
+    (harness.reports.trust): what one refuses, none takes at its word — one line, exit 2."""
+    (tmp_path / "s.toml").write_text(TWO)
+    src = tmp_path / "src"
+    base = ["--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu", "--no-report"]
+    assert run(capsys, "run", *base, "--out", src)[0] == 0
+    df = read_csv(src / "results.csv")
+    df[column] = df[column].astype(str)
+    df.loc[0, column] = value
+    df.to_csv(src / "results.csv", index=False)
+    for argv in (["report", src], ["run", *base, "--out", tmp_path / "b", "--baseline", src],
+                 ["merge", src, "--out", tmp_path / "m"], ["run", *base, "--out", src, "--resume"]):
+        code, _, e = run(capsys, *argv)
+        assert one_line_usage(code, e) and says in e, (argv, e)

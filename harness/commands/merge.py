@@ -9,7 +9,6 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.api import Results
-from harness.cases.params import check_case_rows
 from harness.commands import err
 from harness.references.errors import UsageError
 from harness.reports.rundir import PAIR_TIMING, RunDir, read_csv, read_results
@@ -87,8 +86,6 @@ def cmd_merge(args) -> int:
     _one(df, "harness_version", "harness version", args.dirs)
     _one(df, "device", "device", args.dirs)
     suite = _one(df, "suite", "suite", args.dirs, blank_ok=True)
-    for d, f in zip(args.dirs, frames):
-        check_case_rows(f.drop_duplicates("case_id").to_dict("records"), f"merge: {d}")
     dup = df[df.duplicated(list(KEY), keep=False)]
     if not dup.empty:
         r = dup.iloc[0]
