@@ -86,6 +86,38 @@ def test_resume_by_range(tmp_path, monkeypatch, capsys):
                                         for d in ("whole", "cut")))
 
 
+@pytest.mark.parametrize("edit,says", [
+    (lambda d: d.update(done=[["a", "b"]]), "is not a gate block of this run"),
+    (lambda d: d.update(done=[[0x3ff0, 0x10000]]), "is not a gate block of this run"),
+    (lambda d: d.update(acc={}), "do not cover every output and regime"),
+    (lambda d: d["acc"]["y/normal"].update(pairs=-3), "not a whole number >= 0"),
+    (lambda d: d["acc"]["y/normal"].update(pairs=1.5), "not a whole number >= 0"),
+    (lambda d: d["acc"]["dgate/normal"].update(pairs=d["acc"]["dgate/normal"]["pairs"] + 1), "pair counts"),
+    (lambda d: d.update(done=[]), "pair counts"),
+])
+def test_resume_refuses_a_progress_file_that_is_not_the_runs_own(tmp_path, monkeypatch, capsys, edit, says):
+    """A progress file edited, cut or of another version is one line and exit 2, never folded
+    into the run's results (nor a traceback)."""
+    import json
+    args = ("--dtype", "bf16", "--x-range", "0x3f80:0x3f90", "--gate-range", "0x3ff0:0x4010", "--chunk", "100")
+    real_save = EP.Checkpoint.save
+
+    def save_then_stop(self, span):
+        real_save(self, span)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(EP.Checkpoint, "save", save_then_stop)
+    assert _run(tmp_path, *args) == 130
+    monkeypatch.setattr(EP.Checkpoint, "save", real_save)
+    (f,) = tmp_path.glob("*.progress.json")
+    doc = json.loads(f.read_text())
+    edit(doc)
+    f.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert _run(tmp_path, *args, "--resume") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("harness: error: --resume: cannot read ") and says in err[0], err
+
+
 def test_out_file_refused_before_any_computation(tmp_path, monkeypatch, capsys):
     (f := tmp_path / "file.csv").write_text("x")
     called = []

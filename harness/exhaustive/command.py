@@ -96,7 +96,7 @@ def exhaustive_command(args) -> int:
         ppath = progress_path(out, p.dtype, p.impl, case_hash(p.dtype, p.x_range, p.gate_range, su.dy_bits,
                                                               p.activation))
         ck = open_checkpoint(ppath, run_key(p.dtype, p.impl, p.x_range, p.gate_range, su.dy_bits, p.activation),
-                             args.resume)
+                             args.resume, su.block_spans())
         if ck.done:
             print(f"exhaustive: resuming: {len(ck.done)} of {len(su.block_spans())} gate blocks done "
                   f"({ppath.name})", file=sys.stderr)

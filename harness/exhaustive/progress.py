@@ -54,8 +54,12 @@ class Checkpoint:
             json.dump(doc, f)
 
 
-def open_checkpoint(path: Path | None, key: dict, resume: bool) -> Checkpoint:
-    """A fresh checkpoint, or (resume) the one saved at `path` for the same run."""
+def open_checkpoint(path: Path | None, key: dict, resume: bool, spans=()) -> Checkpoint:
+    """A fresh checkpoint, or (resume) the one saved at `path` for the same run, whose finished
+    blocks are among `spans` (the run's gate blocks) and whose statistics are whole: every
+    (output, regime) there, counts whole numbers, and each output over as many pairs as the others
+    (all or none of them, as the blocks done say) — a file edited, cut or of another version would
+    otherwise be folded into the run's results as if it were its own."""
     if not resume or path is None or not path.exists():
         return Checkpoint(path, key)
     try:
@@ -64,7 +68,28 @@ def open_checkpoint(path: Path | None, key: dict, resume: bool) -> Checkpoint:
             raise ValueError("it belongs to another run")
         acc = {tuple(k.split("/")): Acc.from_dict(v) for k, v in doc["acc"].items()}
         done = {tuple(s) for s in doc["done"]}
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        _check(done, acc, set(map(tuple, spans)))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"--resume: cannot read {path} ({type(e).__name__}: {e}); delete it or run "
                          f"without --resume") from None
-    return Checkpoint(path, key, done, {**fresh_acc(), **acc}, dict(doc.get("perf", {})))
+    return Checkpoint(path, key, done, acc, dict(doc.get("perf", {})))
+
+
+COUNTS = ("pairs", "over", "mismatch", "flagged", "certified", "uncertified", "nonfinite")
+
+
+def _check(done: set, acc: dict, spans: set) -> None:
+    """ValueError naming what the saved state lacks to be a run's own (see open_checkpoint)."""
+    if not done <= spans:
+        raise ValueError(f"finished block {sorted(done - spans, key=repr)[0]} is not a gate block of this run")
+    if set(acc) != set(fresh_acc()):
+        raise ValueError("its statistics do not cover every output and regime")
+    bins = len(Acc().hist_ulp)
+    for (o, r), a in acc.items():
+        counts = [getattr(a, c) for c in COUNTS] + list(a.hist_ulp) + list(a.hist_scaled)
+        if len(a.hist_ulp) != bins or len(a.hist_scaled) != bins or \
+                not all(type(n) is int and n >= 0 for n in counts):
+            raise ValueError(f"{o}/{r}: a count that is not a whole number >= 0, or histograms not of {bins} bins")
+    pairs = {o: sum(a.pairs for (oo, _), a in acc.items() if oo == o) for o in OUTPUTS}
+    if len(set(pairs.values())) != 1 or (not done and max(pairs.values()) > 0):
+        raise ValueError(f"its outputs' pair counts ({pairs}) do not fit {len(done)} finished blocks")
