@@ -10,7 +10,10 @@ parent says so in one line and exits 2 (SPEC §4: a run that did not finish neve
 The parent imports nothing heavy, starts nothing, and ignores SIGINT (the terminal sends it to the
 child too, which ends its own way, 130); SIGTERM and SIGHUP it passes to the child, and where the
 child then ends by that signal, the parent ends by it too. Under a profiler or tracer (cProfile,
-coverage) the command runs unwatched, in the process that reports on it."""
+coverage) the command runs unwatched, in the process that reports on it; so it does where the
+process already runs another thread when the command starts (a start-up hook of the interpreter, a
+sitecustomize or .pth file, that started CUDA's driver or a thread of its own): a child forked then
+could not use CUDA (harness.pipeline.cudafork), or could inherit a lock that thread held."""
 from __future__ import annotations
 
 import os
@@ -42,7 +45,7 @@ def watched(main: Callable[[], int], exit_now: Callable[[int], None], each: Call
     code the child sent, or EXIT_UNFINISHED where it sent none. `each` runs once in each process
     after the fork (what registers exit hooks naming this process). Where fork is missing, or under
     a profiler or tracer, main() here."""
-    if not hasattr(os, "fork") or sys.getprofile() is not None or sys.gettrace() is not None:
+    if not hasattr(os, "fork") or sys.getprofile() is not None or sys.gettrace() is not None or _threaded():
         each()
         return main()
     r, w = os.pipe()
@@ -58,6 +61,16 @@ def watched(main: Callable[[], int], exit_now: Callable[[int], None], each: Call
         exit_now(code)
     os.close(w)
     return _wait(child, r)
+
+
+def _threaded() -> bool:
+    """Whether this process runs another thread than this one (native ones included, where /proc
+    lists them)."""
+    try:
+        return len(os.listdir("/proc/self/task")) > 1
+    except OSError:
+        import threading
+        return threading.active_count() > 1
 
 
 def _die_with_parent() -> None:

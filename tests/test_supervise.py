@@ -93,3 +93,30 @@ def test_sigterm_reaches_the_command_and_ends_the_parent_alike(plugins):
     rc, text = ended(p)
     assert rc == -signal.SIGTERM, text
     assert "gave no verdict" not in text
+
+
+def test_a_process_already_threaded_at_start_runs_the_command_unwatched(plugins, tmp_path):
+    """A start-up hook that starts a thread (as one starting CUDA's driver does): no fork then — a
+    child could not use CUDA or could inherit the thread's lock —, the command runs as it is."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text("import threading, time\n"
+                                           "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    p = subprocess.Popen([sys.executable, "-m", "harness", "run", "--impl", "f=fine:make", "--cases",
+                          str(plugins / "s.toml"), "--device", "cpu", "--out", str(tmp_path / "o"), "--no-report"],
+                         cwd=plugins, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(plugins)])},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rc, text = ended(p)
+    assert rc == 0 and "harness: 20 pass, 0 fail" in text, text
+    # the command ran in the process started, not in a child of it: the lock names that one
+    assert (tmp_path / "o" / ".harness.lock").read_text().startswith(f"pid {p.pid} ")
+
+
+def test_the_lock_names_the_command_as_started_when_watched(plugins, tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "harness", "run", "--impl", "f=fine:make", "--cases",
+                          str(plugins / "s.toml"), "--device", "cpu", "--out", str(tmp_path / "o"), "--no-report"],
+                         cwd=plugins, env={**os.environ, "PYTHONPATH": str(plugins)}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    rc, text = ended(p)
+    assert rc == 0, text
+    assert (tmp_path / "o" / ".harness.lock").read_text().startswith(f"pid {p.pid} ")
