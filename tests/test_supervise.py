@@ -12,15 +12,7 @@ import time
 import pytest
 
 from tests.conftest import SILU_IN_BF16
-
-SUITE = """\
-[[case]]
-dtype = "bf16"
-shape = [4, 64]
-[[case]]
-dtype = "fp16"
-shape = [4, 64]
-"""
+from tests.test_pytest_plugin import SUITE          # a bf16 and an fp16 case of 4x64
 
 GOOD = """
 from harness.impls.torch_ref import chain
