@@ -3,28 +3,37 @@ process (its declarations are read there), and what it starts runs there too: co
 thread, an exit hook. Any of them can end the process — `os._exit(0)` at import, from a thread in
 the middle of a sweep, from an exit hook after the verdict — with a status that says nothing of the
 verdict, and nothing inside the process can stop that. So the command runs in a child of a parent
-that only waits: the child sends its exit code through a pipe as its last act, and the parent exits
-with that code. A child that ended without sending one did not finish, whatever its status: the
-parent says so in one line and exits 2 (SPEC §4: a run that did not finish never exits 0).
+that only waits: the child sends its exit code through a pipe as its last act before its exit
+hooks, and the parent exits with that code. A child that ended without sending one did not finish,
+whatever its status: the parent says so in one line and exits 2 (SPEC §4: a run that did not
+finish never exits 0); one that sent its code but is still in its exit hooks GRACE seconds later
+is ended, with its descendants, and the code stands.
 
-The parent imports nothing heavy, starts nothing, and ignores SIGINT (the terminal sends it to the
-child too, which ends its own way, 130); SIGTERM and SIGHUP it passes to the child, and where the
-child then ends by that signal, the parent ends by it too. Under a profiler or tracer (cProfile,
-coverage) the command runs unwatched, in the process that reports on it; so it does where the
-process already runs another thread when the command starts (a start-up hook of the interpreter, a
-sitecustomize or .pth file, that started CUDA's driver or a thread of its own): a child forked then
-could not use CUDA (harness.pipeline.cudafork), or could inherit a lock that thread held."""
+The parent imports nothing heavy and starts nothing. Signals reach the command as before: SIGTERM
+and SIGHUP sent to the parent are passed to the child, and where the child then ends by that signal
+the parent ends by it too; a SIGINT from the terminal reaches the child itself (its process group),
+one sent to the parent alone (kill, a caller's send_signal) is passed on. The command runs
+unwatched, as before, under a profiler or tracer (cProfile, coverage: they report on the process
+they started), where fork is missing, and where the process already runs another thread when the
+command starts (a start-up hook of the interpreter, a sitecustomize or .pth file, that started
+CUDA's driver or a thread of its own): a child forked then could not use CUDA
+(harness.pipeline.cudafork), or could inherit a lock that thread held."""
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import time
 from typing import Callable
 
 EXIT_UNFINISHED = 2                    # harness.commands.EXIT_USAGE: a sweep that did not finish
-PASSED_ON = (signal.SIGTERM, signal.SIGHUP)
+EXIT_INTERNAL, EXIT_INTERRUPTED = 3, 130
+GRACE = 30.0                           # seconds the child's exit hooks may take once its code is sent
+WATCHED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
+SENT_BY_A_PROCESS = (0, -1, -6)        # si_code SI_USER (kill), SI_QUEUE, SI_TKILL; the terminal's: SI_KERNEL
 # The pid the user sees for this command (the watching parent's), where something names the
-# command to the user (a run directory's lock file); set in the watched child's environment.
+# command to the user (a run directory's lock file, harness.reports.rundir); set in the watched
+# child's environment, read only where it is the reader's parent (the child, not what it starts).
 COMMAND_PID = "HARNESS_COMMAND_PID"
 _PIPE: list = []                       # [(pid, fd)]: the watched child's end of the pipe, in it only
 
@@ -43,24 +52,46 @@ def send(code: int) -> None:
 def watched(main: Callable[[], int], exit_now: Callable[[int], None], each: Callable[[], None]) -> int:
     """main()'s exit code, from a child process that ends with exit_now(code); in the parent, the
     code the child sent, or EXIT_UNFINISHED where it sent none. `each` runs once in each process
-    after the fork (what registers exit hooks naming this process). Where fork is missing, or under
-    a profiler or tracer, main() here."""
+    after the fork (what registers exit hooks naming this process)."""
     if not hasattr(os, "fork") or sys.getprofile() is not None or sys.gettrace() is not None or _threaded():
         each()
         return main()
     r, w = os.pipe()
+    parent = os.getpid()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)     # pending until the parent waits for them
     child = os.fork()
-    each()
     if child == 0:
         os.close(r)
-        _die_with_parent()
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        _die_with(parent)
+        each()
         _PIPE.append((os.getpid(), w))
-        os.environ[COMMAND_PID] = str(os.getppid())
-        code = main()
+        os.environ[COMMAND_PID] = str(parent)
+        code = _outcome(main)
         send(code)                            # before the exit hooks: what they do cannot change it
         exit_now(code)
     os.close(w)
+    each()
     return _wait(child, r)
+
+
+def _outcome(main: Callable[[], int]) -> int:
+    """main()'s code, also where it ends otherwise than by returning: argparse's --help and usage
+    errors (SystemExit), an interrupt outside its own handling, a bug (its traceback)."""
+    try:
+        return main()
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException:                     # noqa: BLE001 — said, and the command's own code
+        import traceback
+        traceback.print_exc()
+        return EXIT_INTERNAL
 
 
 def _threaded() -> bool:
@@ -73,52 +104,103 @@ def _threaded() -> bool:
         return threading.active_count() > 1
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this process when the watching parent dies (Linux; elsewhere nothing)."""
+def _die_with(parent: int) -> None:
+    """End this process when the watching parent dies: SIGKILL from the kernel (Linux), else a
+    thread that watches for it; at once if the parent is already gone."""
     from harness.worker import prctl
     prctl(1, signal.SIGKILL)                  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(EXIT_UNFINISHED)
+    if not sys.platform.startswith("linux"):
+        import threading
+
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            os._exit(EXIT_UNFINISHED)
+        threading.Thread(target=watch, name="watch-parent", daemon=True).start()
 
 
 def _wait(child: int, r: int) -> int:
-    received = []
-
-    def pass_on(sig, _frame):
-        received.append(sig)
+    os.set_blocking(r, False)
+    sent, received, status, deadline = b"", [], None, None
+    while status is None:
         try:
-            os.kill(child, sig)
-        except ProcessLookupError:
+            sent += os.read(r, 64)
+        except (BlockingIOError, InterruptedError):
             pass
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for sig in PASSED_ON:
-        signal.signal(sig, pass_on)
-    while True:
         try:
-            _, status = os.waitpid(child, 0)
-            break
-        except ChildProcessError:
+            pid, st = os.waitpid(child, os.WNOHANG)
+            status = st if pid else None
+        except ChildProcessError:             # reaped already (started with SIGCHLD ignored)
             status = 0
+        if status is not None:
             break
-        except InterruptedError:
-            continue
-    os.set_blocking(r, False)                 # what the child sent is in the pipe: read it, never wait
+        if b"\n" in sent:                     # the verdict is in: the exit hooks get GRACE seconds
+            deadline = deadline or time.monotonic() + GRACE
+            if time.monotonic() > deadline:
+                from harness.worker import kill_tree
+                kill_tree(child)
+        sig = _next_signal()
+        if sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            received.append(sig)
+            try:
+                os.kill(child, sig)
+            except ProcessLookupError:
+                pass
     try:
-        sent = os.read(r, 64)
-    except BlockingIOError:
-        sent = b""
+        sent += os.read(r, 64)
+    except (BlockingIOError, InterruptedError):
+        pass
     os.close(r)
     first = sent.split(b"\n")[0]
     if first.lstrip(b"-").isdigit():
         return int(first)
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in received:
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))     # ended as the child was: by the signal it was sent
-    print(f"harness: error: the command's process ended before it finished ({_how(status)}) and gave no "
-          f"verdict: something running in it — a plug-in's module at import, a thread or an exit hook it "
-          f"started — ended it; what it wrote is not a complete run", file=sys.stderr, flush=True)
+    return _unfinished(status, received)
+
+
+def _next_signal() -> int | None:
+    """A signal the parent holds for the child (a terminal's SIGINT is the child's own already), or
+    None after a short wait."""
+    if not hasattr(signal, "sigtimedwait"):
+        time.sleep(0.1)
+        return None
+    info = signal.sigtimedwait(WATCHED, 0.1)
+    if info is None or info.si_signo == signal.SIGCHLD:
+        return None
+    if info.si_signo == signal.SIGINT and info.si_code not in SENT_BY_A_PROCESS:
+        return None
+    return info.si_signo
+
+
+def _unfinished(status: int, received: list) -> int:
+    """The code of a child that sent none: ended by a signal the parent passed on, the parent ends
+    by it too; else one line saying how it ended, and EXIT_UNFINISHED (interrupted: 130)."""
+    from harness.worker import kill_tree
+    kill_tree(os.getpid(), False)             # what it left (reparented here) goes with it
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig in received and sig != signal.SIGINT:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)         # ended as the child was: by the signal it was sent
+        if sig == signal.SIGINT:
+            print("harness: interrupted", file=sys.stderr, flush=True)
+            return EXIT_INTERRUPTED
+        why = {signal.SIGKILL: " (out of memory? the kernel's OOM killer sends SIGKILL)",
+               signal.SIGSEGV: " (a crash in native code: an extension's, a plug-in's)"}.get(sig, "")
+        print(f"harness: error: the command's process was killed by {_name(sig)}{why} before its verdict; what "
+              f"it wrote is not a complete run", file=sys.stderr, flush=True)
+        return EXIT_UNFINISHED
+    print(f"harness: error: the command's process ended before it finished (exit status "
+          f"{os.waitstatus_to_exitcode(status)}) and gave no verdict: something running in it — a plug-in's "
+          f"module at import, a thread or an exit hook it started — ended it; what it wrote is not a complete "
+          f"run", file=sys.stderr, flush=True)
     return EXIT_UNFINISHED
 
 
-def _how(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
-    return f"exit status {os.waitstatus_to_exitcode(status)}"
+def _name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"

@@ -334,8 +334,10 @@ class RunDir:
                 if not locked:
                     raise UsageError(self._in_use(flag))
             os.ftruncate(note_fd, 0)
-            os.pwrite(note_fd, f"pid {os.environ.get('HARNESS_COMMAND_PID') or os.getpid()} on {socket.gethostname()} "
-                               f"since {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv[:6])}\n".encode(), 0)
+            given = os.environ.get("HARNESS_COMMAND_PID", "")     # the watching parent's (harness.supervise)
+            holder = given if given.isdigit() and int(given) == os.getppid() else os.getpid()
+            os.pwrite(note_fd, f"pid {holder} on {socket.gethostname()} since "
+                               f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv[:6])}\n".encode(), 0)
             return dir_fd, note_fd
         except BaseException:
             if note_fd >= 0:

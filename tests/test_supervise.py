@@ -76,15 +76,82 @@ def test_the_exit_code_is_the_commands_whatever_its_process_ran(plugins, impl, c
         assert text.count("harness: error:") == 1
 
 
-def test_sigterm_reaches_the_command_and_ends_the_parent_alike(plugins):
-    """SIGTERM to the command (a CI job's timeout) ends it as before the watching parent: by
-    SIGTERM, no worker left behind."""
+def _workers(root, name: str) -> list[int]:
+    lock = root / name / ".harness.lock"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        got = [int(ln.split()[1]) for ln in (lock.read_text().splitlines() if lock.exists() else [])
+               if ln.startswith("worker ")]
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError("no worker started")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig,code,says", [
+    (signal.SIGTERM, -signal.SIGTERM, ""),                      # ended as before the watching parent
+    (signal.SIGINT, 130, "harness: interrupted"),              # sent to the parent alone (kill -INT), passed on
+])
+def test_a_signal_to_the_command_reaches_it_and_leaves_no_worker(plugins, sig, code, says):
     p = harness(plugins, "s=sleeps:slow", "--timeout", "30")
-    time.sleep(4)
-    p.send_signal(signal.SIGTERM)
+    pids = _workers(plugins, "s")
+    time.sleep(1)
+    p.send_signal(sig)
     rc, text = ended(p)
-    assert rc == -signal.SIGTERM, text
-    assert "gave no verdict" not in text
+    assert rc == code and says in text and "gave no verdict" not in text, text
+    deadline = time.time() + 15
+    while any(map(_alive, pids)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(map(_alive, pids))
+
+
+def test_help_and_usage_errors_keep_their_codes():
+    for argv, code in ((["--help"], 0), (["run", "--help"], 0), (["nonsense"], 2), (["run"], 2)):
+        p = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, timeout=120)
+        assert p.returncode == code, (argv, p.stderr)
+        assert "gave no verdict" not in p.stderr and (code or p.stderr == "")
+
+
+WATCHED = """
+import atexit, os, signal, sys, time
+import harness.supervise as s
+from harness.worker import exit_now
+s.GRACE = 1.0
+how = sys.argv[1]
+
+
+def main():
+    if how == "hangs-after-its-verdict":
+        atexit.register(time.sleep, 600)
+        return 1
+    if how == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "odd-signal":
+        os.kill(os.getpid(), 40)
+    return 0
+exit_now(s.watched(main, exit_now, lambda: None))
+"""
+
+
+@pytest.mark.parametrize("how,code,says", [
+    ("hangs-after-its-verdict", 1, ""),          # its code stands; its exit hooks ended after GRACE
+    ("killed", 2, "killed by SIGKILL (out of memory? the kernel's OOM killer sends SIGKILL) before its verdict"),
+    ("odd-signal", 2, "killed by signal 40 before its verdict"),
+])
+def test_the_parent_says_how_the_command_ended(tmp_path, how, code, says):
+    (tmp_path / "w.py").write_text(WATCHED)
+    t0 = time.time()
+    p = subprocess.run([sys.executable, str(tmp_path / "w.py"), how], capture_output=True, text=True, timeout=120)
+    assert p.returncode == code and says in p.stderr, p.stderr
+    assert time.time() - t0 < 30
 
 
 def test_a_process_already_threaded_at_start_runs_the_command_unwatched(plugins, tmp_path):
