@@ -33,7 +33,7 @@ from harness.references.atomic import atomic_write
 from harness.references.errors import UsageError
 from harness.reports.schema import (BLANK_NUMBER, INT_COLUMNS, KEY, REQUIRED, SCHEMA_VERSION, TEXT_COLUMNS, columns,
                                     missing_columns)
-from harness.reports.trust import check_numbers, problem
+from harness.reports.trust import problem
 
 RESULTS, SUMMARY, REPORT, TIMING, PAIR_TIMING, LOCK = (
     "results.csv", "summary.csv", "report.html", "timing.csv", "pair-timing.csv", ".harness.lock")
@@ -111,7 +111,6 @@ def read_results(path: Path) -> pd.DataFrame:
         raise UsageError(f"{path}: not a readable results.csv ({type(e).__name__}: {e})") from None
     if missing := missing_columns(df, REQUIRED):
         raise UsageError(f"{path}: not a results.csv (missing column {missing[0]!r})")
-    check_numbers(df, path)
     if why := problem(df):
         raise UsageError(f"{path}: {why}")
     return df

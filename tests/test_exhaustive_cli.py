@@ -94,6 +94,8 @@ def test_resume_by_range(tmp_path, monkeypatch, capsys):
     (lambda d: d["acc"]["y/normal"].update(pairs=1.5), "not a whole number >= 0"),
     (lambda d: d["acc"]["dgate/normal"].update(pairs=d["acc"]["dgate/normal"]["pairs"] + 1), "pair counts"),
     (lambda d: d.update(done=[]), "pair counts"),
+    (lambda d: d["acc"]["y/normal"].update(max_ulp="abc"), "not a number >= 0"),
+    (lambda d: d["acc"]["y/normal"].update(sum_scaled=-5.0), "not a number >= 0"),
 ])
 def test_resume_refuses_a_progress_file_that_is_not_the_runs_own(tmp_path, monkeypatch, capsys, edit, says):
     """A progress file edited, cut or of another version is one line and exit 2, never folded

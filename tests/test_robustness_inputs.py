@@ -311,6 +311,8 @@ def test_a_baseline_with_nothing_to_compare_says_so(capsys, tmp_path):
     ("shape", "4x-64", "shape"),                                  # a case that is not one
     ("max_ulp", "-5.0", "column max_ulp: -5.0 is negative"),      # an error below 0
     ("schema_version", "999", "schema version 999, newer than this harness's"),
+    ("n_elements", "abc", "column n_elements: 'abc' is not a number"),
+    ("eps", "0.5", "its parameters hash to"),                    # a second row of a case, edited alone
 ])
 def test_every_reader_refuses_an_edited_results_csv_alike(capsys, tmp_path, column, value, says):
     """report, a baseline, merge and --resume read a results.csv through one set of checks
@@ -321,9 +323,17 @@ def test_every_reader_refuses_an_edited_results_csv_alike(capsys, tmp_path, colu
     assert run(capsys, "run", *base, "--out", src)[0] == 0
     df = read_csv(src / "results.csv")
     df[column] = df[column].astype(str)
-    df.loc[0, column] = value
+    df.loc[1 if column == "eps" else 0, column] = value
     df.to_csv(src / "results.csv", index=False)
     for argv in (["report", src], ["run", *base, "--out", tmp_path / "b", "--baseline", src],
                  ["merge", src, "--out", tmp_path / "m"], ["run", *base, "--out", src, "--resume"]):
         code, _, e = run(capsys, *argv)
         assert one_line_usage(code, e) and says in e, (argv, e)
+
+
+def test_an_exhaustive_runs_directory_reports(capsys, tmp_path):
+    """Its rows name ranges of bit patterns, not Cases: `harness report` takes them as they are."""
+    assert run(capsys, "exhaustive", "--dtype", "bf16", "--device", "cpu", "--x-range", "0x3f80:0x3f82",
+               "--gate-range", "0x3f80:0x3f88", "--out", tmp_path)[0] in (0, 1)
+    code, _, e = run(capsys, "report", tmp_path)
+    assert code == 0 and (tmp_path / "report.html").is_file(), e

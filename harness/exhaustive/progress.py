@@ -76,6 +76,7 @@ def open_checkpoint(path: Path | None, key: dict, resume: bool, spans=()) -> Che
 
 
 COUNTS = ("pairs", "over", "mismatch", "flagged", "certified", "uncertified", "nonfinite")
+VALUES = ("sum_ulp", "sum_scaled", "max_ulp", "max_scaled", "max_abs", "max_rel")     # NaN fails v >= 0
 
 
 def _check(done: set, acc: dict, spans: set) -> None:
@@ -90,6 +91,10 @@ def _check(done: set, acc: dict, spans: set) -> None:
         if len(a.hist_ulp) != bins or len(a.hist_scaled) != bins or \
                 not all(type(n) is int and n >= 0 for n in counts):
             raise ValueError(f"{o}/{r}: a count that is not a whole number >= 0, or histograms not of {bins} bins")
+        values = [getattr(a, c) for c in VALUES] + [getattr(w, f) for ws in a.worst.values() for w in ws
+                                                    for f in ("key", "ulp", "scaled")]
+        if set(a.worst) != {"ulp", "scaled"} or not all(type(v) in (int, float) and v >= 0 for v in values):
+            raise ValueError(f"{o}/{r}: an error, sum or maximum that is not a number >= 0")
     pairs = {o: sum(a.pairs for (oo, _), a in acc.items() if oo == o) for o in OUTPUTS}
     if len(set(pairs.values())) != 1 or (not done and max(pairs.values()) > 0):
         raise ValueError(f"its outputs' pair counts ({pairs}) do not fit {len(done)} finished blocks")
