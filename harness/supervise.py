@@ -58,10 +58,13 @@ def watched(main: Callable[[], int], exit_now: Callable[[int], None], each: Call
         return main()
     r, w = os.pipe()
     parent = os.getpid()
+    # the child's status is the parent's to read: a caller that ignores SIGCHLD would have it reaped unseen
+    chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)     # pending until the parent waits for them
     child = os.fork()
     if child == 0:
         os.close(r)
+        signal.signal(signal.SIGCHLD, chld)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         _die_with(parent)
         each()

@@ -1,16 +1,16 @@
 """What a results.csv read back must hold before anything takes its rows at their word — a report,
 a merge, a resumed sweep, a baseline: a number (or nothing) in every number column; no negative
-value where an error, a budget, a timing or a count goes; no schema newer than this harness's;
-where it records its cases, each one's parameters hashing to its case id (harness.cases.params);
-and verdicts the harness could have written (summary.verdict_problem). One home, so that no reader
-accepts what another refuses."""
+value where an error, a budget, a timing or a count goes; each key's row once; no schema newer
+than this harness's; where it records its cases, each one's parameters hashing to its case id
+(harness.cases.params); and verdicts the harness could have written (summary.verdict_problem).
+One home, so that no reader accepts what another refuses."""
 from __future__ import annotations
 
 import pandas as pd
 
 from harness.cases.params import check_case_rows
 from harness.references.errors import UsageError
-from harness.reports.schema import BLANK_NUMBER, INT_COLUMNS, SCHEMA_VERSION, metric_columns, number_columns
+from harness.reports.schema import BLANK_NUMBER, INT_COLUMNS, KEY, SCHEMA_VERSION, metric_columns, number_columns
 from harness.reports.summary import verdict_problem
 
 # Never below 0 as the harness writes them (NaN: not measured; inf: a budget that does not gate).
@@ -48,6 +48,9 @@ def problem(df: pd.DataFrame) -> str | None:
                     f"later harness, whose columns may mean other things")
     if why := number_problem(df):
         return why
+    if set(KEY) <= set(df.columns) and (twice := df.duplicated(list(KEY))).any():
+        r = df[twice].iloc[0]
+        return f"{r['case_id']} {r['impl']} {r['output']} vs {r['reference']} is in it twice: not one run's results.csv"
     for c in (*metric_columns(), *NON_NEGATIVE):
         if c in df.columns:
             below = pd.to_numeric(df[c], errors="coerce") < 0

@@ -313,6 +313,7 @@ def test_a_baseline_with_nothing_to_compare_says_so(capsys, tmp_path):
     ("schema_version", "999", "schema version 999, newer than this harness's"),
     ("n_elements", "abc", "column n_elements: 'abc' is not a number"),
     ("eps", "0.5", "its parameters hash to"),                    # a second row of a case, edited alone
+    ("row", "twice", "is in it twice: not one run's results.csv"),
 ])
 def test_every_reader_refuses_an_edited_results_csv_alike(capsys, tmp_path, column, value, says):
     """report, a baseline, merge and --resume read a results.csv through one set of checks
@@ -322,11 +323,17 @@ def test_every_reader_refuses_an_edited_results_csv_alike(capsys, tmp_path, colu
     base = ["--impl", "torch", "--cases", tmp_path / "s.toml", "--device", "cpu", "--no-report"]
     assert run(capsys, "run", *base, "--out", src)[0] == 0
     df = read_csv(src / "results.csv")
-    df[column] = df[column].astype(str)
-    df.loc[1 if column == "eps" else 0, column] = value
+    if column == "row":                                           # a row written twice
+        df = pd.concat([df, df.iloc[:1]], ignore_index=True)
+    else:
+        df[column] = df[column].astype(str)
+        df.loc[1 if column == "eps" else 0, column] = value
     df.to_csv(src / "results.csv", index=False)
-    for argv in (["report", src], ["run", *base, "--out", tmp_path / "b", "--baseline", src],
-                 ["merge", src, "--out", tmp_path / "m"], ["run", *base, "--out", src, "--resume"]):
+    readers = [["report", src], ["run", *base, "--out", tmp_path / "b", "--baseline", src],
+               ["merge", src, "--out", tmp_path / "m"]]
+    if column != "row":          # --resume keeps a key's last row: a sweep killed and resumed may have written it twice
+        readers.append(["run", *base, "--out", src, "--resume"])
+    for argv in readers:
         code, _, e = run(capsys, *argv)
         assert one_line_usage(code, e) and says in e, (argv, e)
 

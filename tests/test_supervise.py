@@ -51,11 +51,11 @@ def plugins(tmp_path_factory):
     return root
 
 
-def harness(root, impl: str, *more) -> subprocess.Popen:
+def harness(root, impl: str, *more, sigchld=signal.SIG_DFL) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "harness", "run", "--impl", impl, "--cases", str(root / "s.toml"),
                              "--device", "cpu", "--out", str(root / impl.split("=")[0]), "--no-report", *more],
                             cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGCHLD, sigchld))
 
 
 def ended(p: subprocess.Popen, timeout=120) -> tuple[int, str]:
@@ -96,12 +96,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("sig,code,says", [
-    (signal.SIGTERM, -signal.SIGTERM, ""),                      # ended as before the watching parent
-    (signal.SIGINT, 130, "harness: interrupted"),              # sent to the parent alone (kill -INT), passed on
+@pytest.mark.parametrize("sig,code,says,sigchld", [
+    (signal.SIGTERM, -signal.SIGTERM, "", signal.SIG_DFL),        # ended as before the watching parent
+    (signal.SIGINT, 130, "harness: interrupted", signal.SIG_DFL),  # sent to the parent alone (kill -INT), passed on
+    (signal.SIGTERM, -signal.SIGTERM, "", signal.SIG_IGN),        # a caller that ignores SIGCHLD: the same
 ])
-def test_a_signal_to_the_command_reaches_it_and_leaves_no_worker(plugins, sig, code, says):
-    p = harness(plugins, "s=sleeps:slow", "--timeout", "30")
+def test_a_signal_to_the_command_reaches_it_and_leaves_no_worker(plugins, sig, code, says, sigchld):
+    p = harness(plugins, "s=sleeps:slow", "--timeout", "30", sigchld=sigchld)
     pids = _workers(plugins, "s")
     time.sleep(1)
     p.send_signal(sig)
