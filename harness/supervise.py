@@ -26,8 +26,9 @@ import sys
 import time
 from typing import Callable
 
-EXIT_UNFINISHED = 2                    # harness.commands.EXIT_USAGE: a sweep that did not finish
-EXIT_INTERNAL, EXIT_INTERRUPTED = 3, 130
+from harness.commands import EXIT_INTERNAL, EXIT_INTERRUPTED
+from harness.commands import EXIT_USAGE as EXIT_UNFINISHED      # a sweep that did not finish
+
 GRACE = 30.0                           # seconds the child's exit hooks may take once its code is sent
 WATCHED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
 SENT_BY_A_PROCESS = (0, -1, -6)        # si_code SI_USER (kill), SI_QUEUE, SI_TKILL; the terminal's: SI_KERNEL

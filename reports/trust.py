@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.cases.case import LATER_AXES, Case
 from harness.cases.params import check_case_rows
 from harness.references.errors import UsageError
 from harness.reports.schema import BLANK_NUMBER, INT_COLUMNS, KEY, SCHEMA_VERSION, metric_columns, number_columns
@@ -32,10 +33,10 @@ def number_problem(df: pd.DataFrame) -> str | None:
     return None
 
 
-# What a row must hold to record its case (cases.params.case_from_row): an exhaustive run's rows
-# record no gamma, eps or seed — their ids name a range of bit patterns, not a Case.
-CASE_FIELDS = ("dtype", "gate_dtype", "weight_dtype", "shape", "zero_centered_gamma", "eps", "x_dist", "gate_dist",
-               "gamma_dist", "seed")
+# What a row must hold to record its case (cases.params.case_from_row: every field but the later
+# axes, which may be blank): an exhaustive run's rows record no gamma, eps or seed — their ids name
+# a range of bit patterns, not a Case.
+CASE_FIELDS = tuple(k for k in Case.__dataclass_fields__ if k not in LATER_AXES)
 
 
 def problem(df: pd.DataFrame) -> str | None:
@@ -64,9 +65,8 @@ def problem(df: pd.DataFrame) -> str | None:
             recorded &= df[c].notna() & (df[c].astype(str).str.strip() != "")
         rows = df[recorded]
         try:                                   # every distinct set of parameters a case id is given
-            check_case_rows(rows.drop_duplicates([c for c in rows.columns if c in ("case_id", *CASE_FIELDS,
-                            "group_size", "norm_before_gate", "dy_dist", "activation")]).to_dict("records"),
-                            "its rows")
+            given = [c for c in rows.columns if c in ("case_id", *Case.__dataclass_fields__)]
+            check_case_rows(rows.drop_duplicates(given).to_dict("records"), "its rows")
         except UsageError as e:
             return str(e)
     return verdict_problem(df)
